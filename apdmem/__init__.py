@@ -1,0 +1,5 @@
+"""apdmem: agent-controlled progressive disclosure over a four-layer long-term conversation memory."""
+
+from apdmem.memory import Memory, Session, Turn, load_locomo, load_longmemeval, load_sessions, session_from_messages
+
+__all__ = ["Memory", "Session", "Turn", "load_locomo", "load_longmemeval", "load_sessions", "session_from_messages"]

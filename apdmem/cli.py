@@ -1,0 +1,124 @@
+"""The `apdmem` command line: ingest, search, show, forget, sessions, ask, demo, bench, eval."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from apdmem.errors import ApdmemError
+
+
+def _memory(args, **overrides):
+    from apdmem.memory import Memory
+
+    options = dict(
+        directory=args.memory_dir,
+        chat_model=args.chat_model,
+        embeddings=args.embeddings,
+        base_url=args.base_url,
+        l0_mode=getattr(args, "l0_mode", None) or os.environ.get("APDMEM_L0_MODE", "llm"),
+    )
+    return Memory(args.user, **{**options, **overrides})
+
+
+def cmd_ingest(args) -> None:
+    from apdmem.memory import load_sessions
+
+    sessions = load_sessions(args.file)
+    report = _memory(args).ingest(sessions, progress=not args.quiet)
+    print(
+        f"{len(report.added)} added, {len(report.updated)} updated, {len(report.unchanged)} unchanged; "
+        f"{report.turns} turns, {report.units} L0 units in {report.seconds:.1f}s; "
+        f"model tokens: {report.usage.input_tokens} in, {report.usage.output_tokens} out"
+    )
+
+
+def cmd_search(args) -> None:
+    for rank, doc in enumerate(_memory(args).search(args.query, k=args.k), 1):
+        meta = doc.metadata
+        text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
+        print(f"{rank}. {meta['session_id']}  {meta['date'][:16]}  turns {meta['span'][0] + 1}-{meta['span'][1]}  score {meta['score']:.4f}")
+        print("   " + text.replace("\n", "\n   "))
+
+
+def cmd_show(args) -> None:
+    print(_memory(args).read(args.session, args.layer))
+
+
+def cmd_forget(args) -> None:
+    _memory(args).forget(args.session)
+    print(f"forgot session {args.session}")
+
+
+def cmd_sessions(args) -> None:
+    memory = _memory(args)
+    for sid in memory.session_ids():
+        meta = memory.manifest["sessions"][sid]
+        print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
+
+
+def cmd_bench_retrieval(args) -> None:
+    from apdmem.eval.retrieval import format_report, run
+
+    result = run(args.dataset, l0_mode=args.l0_mode or "raw", chat_model=args.chat_model, embeddings=args.embeddings,
+                 limit=args.limit, output=args.output)
+    print(format_report(result))
+    print(f"report: {args.output}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="apdmem", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--memory-dir", default=None, help="memory directory (default $APDMEM_MEMORY_DIR or ~/.apdmem)")
+    common.add_argument("--chat-model", default=os.environ.get("APDMEM_CHAT_MODEL", "local"), help="'local' or 'openai:<model>'")
+    common.add_argument("--embeddings", default=os.environ.get("APDMEM_EMBEDDINGS", "local"), help="'local' or 'openai:<model>'")
+    common.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible server URL")
+    user = argparse.ArgumentParser(add_help=False)
+    user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"), help="user id (namespace)")
+    l0 = argparse.ArgumentParser(add_help=False)
+    l0.add_argument("--l0-mode", choices=["llm", "raw"], default=None, help="L0 units by the chat model, or raw windows")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", parents=[common, user, l0], help="add a conversation file to a user's memory")
+    p.add_argument("file")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("search", parents=[common, user], help="top sessions for a query")
+    p.add_argument("query")
+    p.add_argument("-k", type=int, default=5)
+    p.set_defaults(func=cmd_search)
+    p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown")
+    p.add_argument("session")
+    p.add_argument("--layer", choices=["L0", "L1", "L2", "L3"], default="L0")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("forget", parents=[common, user], help="remove a session from every layer and index")
+    p.add_argument("session")
+    p.set_defaults(func=cmd_forget)
+    p = sub.add_parser("sessions", parents=[common, user], help="list a user's sessions")
+    p.set_defaults(func=cmd_sessions)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    p = bench.add_parser("retrieval", parents=[common, l0], help="session retrieval on a LongMemEval file")
+    p.add_argument("dataset")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--output", default="reports/retrieval.json")
+    p.set_defaults(func=cmd_bench_retrieval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ApdmemError as exc:
+        print(f"apdmem: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("apdmem: interrupted; stored work is kept, run the command again to continue", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

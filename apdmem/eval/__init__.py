@@ -1,0 +1,1 @@
+"""Benchmarks: retrieval (substrate), LongMemEval and LoCoMo question answering."""

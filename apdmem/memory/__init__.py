@@ -1,0 +1,19 @@
+"""The multi-resolution memory substrate: records, loaders, layers, stores, indexes, retriever."""
+
+from apdmem.memory.loaders import load_locomo, load_longmemeval, load_sessions, session_from_messages
+from apdmem.memory.memory import IngestReport, Memory
+from apdmem.memory.records import Session, Turn, Unit
+from apdmem.memory.retriever import HybridRetriever
+
+__all__ = [
+    "HybridRetriever",
+    "IngestReport",
+    "Memory",
+    "Session",
+    "Turn",
+    "Unit",
+    "load_locomo",
+    "load_longmemeval",
+    "load_sessions",
+    "session_from_messages",
+]

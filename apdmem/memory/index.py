@@ -1,0 +1,196 @@
+"""The two indexes over L0 units: lexical (BM25) and dense (FAISS).
+
+Both are addressed by *row*: the position of a unit in the user's unit table. Rows are append-only;
+forgetting a session marks its rows dead and the table is compacted on the next save.
+
+Lexical backends share one interface (`add`, `scores`). `RankBM25` is rank-bm25's BM25Okapi: the
+reference, rebuilt lazily after each change. It scores every document in Python, ~1 s per query at
+100k units, so above `SPARSE_THRESHOLD` units `SparseBM25` takes over: the same Okapi formula over an
+inverted index, touching only the postings of the query terms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+import faiss
+import numpy as np
+from nltk.stem.porter import PorterStemmer
+
+SPARSE_THRESHOLD = 20_000
+K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
+
+_STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have how i i'm if in into is it its "
+    "me my of on or our so that the their them then there these they this to was we were what when where which who "
+    "whom why will with would you your yours".split()
+)
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_stemmer = PorterStemmer()
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased, stemmed word tokens without stopwords."""
+    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+_stem_cache: dict[str, str] = {}
+
+
+def _stem(word: str) -> str:
+    stem = _stem_cache.get(word)
+    if stem is None:
+        stem = _stem_cache[word] = _stemmer.stem(word.split("'")[0])
+    return stem
+
+
+class RankBM25:
+    """rank-bm25's BM25Okapi over the token lists added so far."""
+
+    def __init__(self) -> None:
+        self._docs: list[list[str]] = []
+        self._model = None
+
+    def add(self, docs: list[list[str]]) -> None:
+        self._docs.extend(docs)
+        self._model = None
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        if not any(self._docs):  # rank-bm25 divides by zero on an all-empty corpus
+            return np.zeros(len(self._docs))
+        if self._model is None:
+            from rank_bm25 import BM25Okapi
+
+            self._model = BM25Okapi(self._docs, k1=K1, b=B, epsilon=EPSILON)
+        return np.asarray(self._model.get_scores(query), dtype=np.float64)
+
+
+class SparseBM25:
+    """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read."""
+
+    def __init__(self) -> None:
+        self._postings: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        self._lengths: list[int] = []
+        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._idf: dict[str, float] | None = None
+
+    def add(self, docs: list[list[str]]) -> None:
+        for doc in docs:
+            row = len(self._lengths)
+            self._lengths.append(len(doc))
+            for term, count in Counter(doc).items():
+                rows, counts = self._postings[term]
+                rows.append(row)
+                counts.append(count)
+                self._frozen.pop(term, None)
+        self._idf = None
+
+    def _idf_table(self) -> dict[str, float]:
+        if self._idf is None:
+            n = len(self._lengths)
+            idf = {t: float(np.log(n - len(r) + 0.5) - np.log(len(r) + 0.5)) for t, (r, _) in self._postings.items()}
+            floor = EPSILON * (sum(idf.values()) / len(idf)) if idf else 0.0
+            self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
+        return self._idf
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        n = len(self._lengths)
+        out = np.zeros(n)
+        if not sum(self._lengths):
+            return out
+        lengths = np.asarray(self._lengths, dtype=np.float64)
+        norm = K1 * (1 - B + B * lengths / lengths.mean())
+        idf = self._idf_table()
+        for term in query:
+            if term not in self._postings:
+                continue
+            if term not in self._frozen:
+                rows, counts = self._postings[term]
+                self._frozen[term] = (np.asarray(rows), np.asarray(counts, dtype=np.float64))
+            rows, tf = self._frozen[term]
+            out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
+        return out
+
+
+def make_lexical(kind: str, size: int):
+    """A lexical backend: "rank-bm25", "sparse", or "auto" (by the number of units)."""
+    if kind == "auto":
+        kind = "sparse" if size > SPARSE_THRESHOLD else "rank-bm25"
+    if kind == "rank-bm25":
+        return RankBM25()
+    if kind == "sparse":
+        return SparseBM25()
+    raise ValueError(f"unknown lexical backend {kind!r}: use 'auto', 'rank-bm25' or 'sparse'")
+
+
+class DenseIndex:
+    """Inner-product FAISS index over normalized vectors; each vector carries the row of its unit."""
+
+    def __init__(self, dimension: int):
+        self.index = faiss.IndexFlatIP(dimension)
+        self.rows = np.zeros(0, dtype=np.int64)
+
+    def add(self, vectors: np.ndarray, rows: list[int]) -> None:
+        if len(rows):
+            self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+            self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=np.int64)])
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and similarities of the best `k` vectors (a row may repeat: several vectors per unit)."""
+        k = min(k, self.index.ntotal)
+        if k == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        sims, ids = self.index.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        keep = ids[0] >= 0
+        return self.rows[ids[0][keep]], sims[0][keep]
+
+    def to_bytes(self) -> bytes:
+        """FAISS's own serialization (the format of `faiss.write_index`)."""
+        return faiss.serialize_index(self.index).tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, rows: list[int]) -> DenseIndex:
+        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+        if index.ntotal != len(rows):
+            raise ValueError(f"dense index holds {index.ntotal} vectors but its id map names {len(rows)}")
+        dense = cls(index.d)
+        dense.index, dense.rows = index, np.asarray(rows, dtype=np.int64)
+        return dense
+
+
+class UnitIndex:
+    """The table of L0 units with both indexes over it. Forgotten units stay as dead rows until `compact`."""
+
+    def __init__(self, dimension: int, lexical: str = "auto", expected_size: int = 0):
+        self.dimension, self.lexical_kind = dimension, lexical
+        self.units: list = []
+        self.alive = np.zeros(0, dtype=bool)
+        self.lexical = make_lexical(lexical, expected_size)
+        self.dense = DenseIndex(dimension)
+
+    def __len__(self) -> int:
+        return int(self.alive.sum())
+
+    def add(self, units: list, vectors: np.ndarray) -> None:
+        """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order."""
+        first = len(self.units)
+        self.units.extend(units)
+        self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
+        self.lexical.add([tokenize(" ".join([u.summary, *u.keywords, *u.tags])) for u in units])
+        rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
+        self.dense.add(vectors, rows)
+
+    def remove(self, session_id: str) -> None:
+        for row, unit in enumerate(self.units):
+            if unit.session_id == session_id:
+                self.alive[row] = False
+
+    def compact(self) -> UnitIndex:
+        """A new index holding only live units; vectors are taken from FAISS, not recomputed."""
+        fresh = UnitIndex(self.dimension, self.lexical_kind, int(self.alive.sum()))
+        if self.dense.index.ntotal:
+            vectors = self.dense.index.reconstruct_n(0, self.dense.index.ntotal)
+            keep = self.alive[self.dense.rows]
+            fresh.add([u for u, ok in zip(self.units, self.alive) if ok], vectors[keep])
+        return fresh

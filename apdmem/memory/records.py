@@ -1,0 +1,105 @@
+"""Typed records of a user's history: sessions of turns, and the L0 units built over them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from apdmem.errors import InvalidIdError
+
+ROLES = ("user", "assistant", "system")
+
+# Ids become file and key names: printable, no path separators, no "..", bounded length.
+_ID = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,200}$")
+
+
+def check_id(value: object, what: str) -> str:
+    """Return `value` if it is usable as a user or session id, else raise InvalidIdError."""
+    if not isinstance(value, str) or not _ID.match(value) or ".." in value or value.strip() != value:
+        raise InvalidIdError(
+            f"invalid {what} id {value!r}: use 1-200 printable characters, "
+            "without '/', '\\', '..', control characters or surrounding spaces"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message. `speaker` names a human speaker where roles alone are ambiguous (LoCoMo);
+    `turn_id` keeps a dataset's own turn id (LoCoMo `dia_id`); `has_answer` keeps LongMemEval's label."""
+
+    role: str
+    content: str
+    speaker: str | None = None
+    turn_id: str | None = None
+    has_answer: bool = False
+
+
+@dataclass(frozen=True)
+class Session:
+    """A conversation session: id, start time, ordered turns."""
+
+    session_id: str
+    date: datetime
+    turns: tuple[Turn, ...]
+
+    def content_hash(self) -> str:
+        """Hash of everything that defines the session; re-ingesting an identical session is a no-op."""
+        payload = json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def to_json(self) -> dict:
+        return {
+            "session_id": self.session_id,
+            "date": self.date.isoformat(),
+            "turns": [{k: v for k, v in asdict(t).items() if v not in (None, False)} for t in self.turns],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Session:
+        return cls(
+            session_id=data["session_id"],
+            date=datetime.fromisoformat(data["date"]),
+            turns=tuple(Turn(**t) for t in data["turns"]),
+        )
+
+
+@dataclass
+class Unit:
+    """An L0 thematic unit: a window of turns [start, end) of one session, summarized.
+
+    `summary` is what a reader sees and what BM25 indexes; `embed_texts` are what the dense index embeds (one vector each).
+    """
+
+    session_id: str
+    start: int
+    end: int
+    summary: str
+    keywords: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    embed_texts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Usage:
+    """Token usage of model calls, summed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    def add(self, message_or_usage) -> None:
+        meta = getattr(message_or_usage, "usage_metadata", None) or {}
+        self.input_tokens += int(meta.get("input_tokens", 0) or 0)
+        self.output_tokens += int(meta.get("output_tokens", 0) or 0)
+        self.calls += 1
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
