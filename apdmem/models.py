@@ -155,7 +155,7 @@ class LocalChatModel(BaseChatModel):
 
     model_path: str
     n_ctx: int = 8192
-    max_tokens: int = 384
+    max_tokens: int = 256
     temperature: float = 0.0
     _llama: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
@@ -179,10 +179,11 @@ class LocalChatModel(BaseChatModel):
         chat = [{"role": _ROLE_OF.get(m.type, "user"), "content": m.text} for m in messages]
         with self._lock:
             llama = self._client()
-            chat = _fit_context(llama, chat, self.n_ctx - self.max_tokens)
+            max_tokens = kwargs.get("max_tokens") or self.max_tokens
+            chat = _fit_context(llama, chat, self.n_ctx - max_tokens)
             response = llama.create_chat_completion(
                 messages=chat,
-                max_tokens=self.max_tokens,
+                max_tokens=max_tokens,
                 temperature=self.temperature,
                 stop=stop,
                 response_format=kwargs.get("response_format"),

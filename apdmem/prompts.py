@@ -37,3 +37,72 @@ stand alone without the conversation. Refer to turns by their number.
 
 Turns:
 {turns}"""
+
+# --- Controller ------------------------------------------------------------------------------------------
+
+RESOLVE_DATES = """Today is {today} ({weekday}). The question below may mention times relative to today
+("last spring", "a few weeks ago", "around my birthday"). For each such expression that names a period of the
+calendar, give the expression as written and the absolute date range it most likely means (YYYY-MM-DD to
+YYYY-MM-DD). Skip expressions that depend on events you do not know. Return an empty list when there are none.
+
+Question: {question}"""
+
+DECOMPOSE = """You prepare searches over a user's past conversations with their assistant.
+Question (asked {today}): {question}
+
+If answering needs facts from several separate events or topics (comparisons, counts, "which came first",
+totals over several items), list one short search query per fact needed. Otherwise return the question itself
+as the only query. At most {max_queries} queries; each should contain the distinctive words of what it looks for."""
+
+REFLECT = """You control the search of a user's conversation memory to answer a question.
+Memory is layered: L0 one-line summaries (found by search), L1 key facts of a session, L2 detailed notes of
+chosen turns, L3 the exact messages. Open the cheapest layer that can answer; go deeper only for exact
+wording, numbers, lists or details the upper layer lacks.
+
+Question (asked {today}): {question}
+{date_hints}
+Sessions found by search (id, date, depth already read, best-matching summary):
+{candidates}
+
+Evidence read so far:
+{evidence}
+
+Steps used: {step} of {tmax}.
+
+Decide:
+- sufficient: true only if the evidence answers the question completely (for counts and lists, every item);
+- missing: what is still unknown, in a few words;
+- draft_answer: your best answer from the evidence so far (say what is uncertain);
+- open_sessions: ids of found sessions not yet read that probably hold missing facts (read at L1);
+- deepen: sessions already read whose finer layer is needed, with layer "L2" (detailed notes) or "L3" (exact words);
+- new_queries: new search queries if the needed sessions were probably not found yet."""
+
+SYNTHESIZE_NOTES = """Organize the evidence below into notes for answering the question. Do not answer it.
+
+Question (asked {today}): {question}
+{date_hints}
+Evidence, oldest first (each line: [session date | session id | layer] text):
+{evidence}
+
+Write Markdown notes with these sections, leaving out empty ones:
+## Relevant facts - only facts that bear on the question, each with its date;
+## Timeline - the events in date order, with absolute dates and the gaps between them when time matters;
+## Updates and contradictions - values that changed over time; mark the latest one as (latest);
+## Items and counts - when the question asks how many or which ones: every distinct item, numbered, without
+   duplicates, and the total;
+## Answer hint - what the answer should be based on, and whether the evidence is enough to answer at all."""
+
+ANSWER = """You are a personal assistant with a long-term memory of your conversations with the user.
+Answer the user's question from the notes and the draft below. Today is {today}.
+- Be concise: give the answer first, then at most two sentences of justification.
+- For counts, dates and durations, work them out from the notes step by step before answering.
+- When facts changed over time, answer with the latest one.
+- If the notes do not contain the information, say that you don't have that information from your past
+  conversations, and do not guess.
+
+Question: {question}
+
+Notes:
+{notes}
+
+Draft answer from the search: {draft}"""

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 import faiss
 import numpy as np
 from nltk.stem.porter import PorterStemmer
+from rank_bm25 import BM25Okapi
 
 SPARSE_THRESHOLD = 20_000
 K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
@@ -53,16 +54,14 @@ class RankBM25:
         self._model = None
 
     def add(self, docs: list[list[str]]) -> None:
+        # BM25Okapi precomputes corpus statistics, so each addition rebuilds it (cheap below SPARSE_THRESHOLD).
         self._docs.extend(docs)
-        self._model = None
+        if any(self._docs):  # rank-bm25 divides by zero on an all-empty corpus
+            self._model = BM25Okapi(self._docs, k1=K1, b=B, epsilon=EPSILON)
 
     def scores(self, query: list[str]) -> np.ndarray:
-        if not any(self._docs):  # rank-bm25 divides by zero on an all-empty corpus
-            return np.zeros(len(self._docs))
         if self._model is None:
-            from rank_bm25 import BM25Okapi
-
-            self._model = BM25Okapi(self._docs, k1=K1, b=B, epsilon=EPSILON)
+            return np.zeros(len(self._docs))
         return np.asarray(self._model.get_scores(query), dtype=np.float64)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -133,19 +134,18 @@ class Memory:
     def save(self) -> None:
         """Write the indexes, then the manifest that makes them current. Called by `ingest` and `forget`."""
         with self._lock:
+            if not self.index.alive.all():  # rows of replaced sessions have no stored unit to point at
+                self.index = self.index.compact()
             self.manifest["generation"] += 1
-            slot = {id(u): (u.session_id, i) for sid in self.manifest["sessions"] for i, u in enumerate(self._units_of(sid))}
-            rows = {
-                "generation": self.manifest["generation"],
-                "units": [slot[id(u)] for u in self.index.units],
-                "vectors": self.index.dense.rows.tolist(),
-            }
+            # Each row points at (session, position in its L0.json): a session's live rows are in L0 order.
+            position, units = Counter(), []
+            for u in self.index.units:
+                units.append((u.session_id, position[u.session_id]))
+                position[u.session_id] += 1
+            rows = {"generation": self.manifest["generation"], "units": units, "vectors": self.index.dense.rows.tolist()}
             self.store.put({"index/dense.faiss": self.index.dense.to_bytes()})
             self.store.put_json({"index/rows.json": rows})
             self.store.put_json({"manifest.json": self.manifest})
-
-    def _units_of(self, session_id: str) -> list[Unit]:
-        return [u for u, ok in zip(self.index.units, self.index.alive) if ok and u.session_id == session_id]
 
     def _key(self, session_id: str, name: str) -> str:
         return f"sessions/{session_key(session_id)}/{name}"
@@ -193,10 +193,16 @@ class Memory:
         self.usage.output_tokens += usage.output_tokens
         self.usage.calls += usage.calls
         report.usage = usage if not report.usage.calls else _sum(report.usage, usage)
+        replaced = [s.session_id for s in sessions if s.session_id in self.manifest["sessions"]]
+        if replaced:
+            # Unlist the old versions before their files change: a run killed below must not leave the
+            # manifest naming a session whose layers are half replaced.
+            for sid in replaced:
+                self._unlist(sid)
+            self.save()
         for session in sessions:
             sid = session.session_id
-            if sid in self.manifest["sessions"]:
-                self._drop(sid)
+            self._delete_files(sid)  # the old version (its cached L1/L2 too), or what a killed run left behind
             self.store.put_json({self._key(sid, "session.json"): session.to_json(), self._key(sid, "L0.json"): [u.to_json() for u in units[sid]]})
             self.store.put_text({self._key(sid, "L3.md"): layers.render_l3(session), self._key(sid, "L0.md"): layers.render_l0(session, units[sid])})
             self.manifest["sessions"][sid] = {"date": session.date.isoformat(), "turns": len(session.turns), "hash": session.content_hash(), "units": len(units[sid])}
@@ -205,19 +211,21 @@ class Memory:
         batch = [u for s in sessions for u in units[s.session_id]]
         self.index.add(batch, self._embed([t for u in batch for t in u.embed_texts]))
 
-    def _drop(self, session_id: str) -> None:
+    def _unlist(self, session_id: str) -> None:
         self.index.remove(session_id)
-        self.store.delete(self.store.keys(f"sessions/{session_key(session_id)}/"))
         del self.manifest["sessions"][session_id]
+
+    def _delete_files(self, session_id: str) -> None:
+        self.store.delete(self.store.keys(f"sessions/{session_key(session_id)}/"))
 
     def forget(self, session_id: str) -> None:
         """Remove a session from every layer and index."""
         with self._lock:
             if session_id not in self.manifest["sessions"]:
                 raise UnknownSessionError(session_id)
-            self._drop(session_id)
-            self.index = self.index.compact()
-            self.save()
+            self._unlist(session_id)
+            self.save()  # compacts the index; files go after, so a killed run leaves no listed session without them
+            self._delete_files(session_id)
 
     # --- reading ----------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ def fuse(index: UnitIndex, query: str, query_vector: np.ndarray) -> dict[int, fl
     scores: dict[int, float] = {}
     lexical = np.where(index.alive, index.lexical.scores(tokenize(query)), 0.0)
     top = np.argpartition(-lexical, min(CANDIDATES, len(lexical) - 1))[:CANDIDATES] if len(lexical) else []
-    ranked = sorted((r for r in top if lexical[r] > 0), key=lambda r: -lexical[r])
+    ranked = sorted((r for r in top if lexical[r] > 0), key=lambda r: (-lexical[r], r))  # ties: lower row first, as FAISS
     for rank, row in enumerate(ranked):
         scores[int(row)] = 1.0 / (RRF_K + rank + 1)
     rows, _ = index.dense.search(query_vector, CANDIDATES * 3)

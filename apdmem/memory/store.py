@@ -69,7 +69,9 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 def session_key(session_id: str) -> str:
     """The storage name of a session id (readable when the id is plain, hex-encoded otherwise)."""
-    return session_id if _PLAIN_KEY.match(session_id) and not session_id.startswith("x-") else "x-" + session_id.encode().hex()
+    # "." is plain but names the parent directory in a file store: "users/./" would be every user's keys.
+    plain = _PLAIN_KEY.match(session_id) and session_id != "." and not session_id.startswith("x-")
+    return session_id if plain else "x-" + session_id.encode().hex()
 
 
 class UserStore:

@@ -1,0 +1,80 @@
+"""The controller's state: the question, the evidence with provenance, and the disclosure trace."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, TypedDict
+
+LAYER_DEPTH = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
+
+
+class Evidence(TypedDict):
+    """One piece of disclosed memory and where it came from."""
+
+    session_id: str
+    date: str
+    layer: str
+    turn: int | None  # 0-based turn for L2/L3 evidence, None for session-level L1 facts
+    text: str
+
+
+class Drill(TypedDict):
+    """One disclosure: a layer of a session read at a step."""
+
+    step: int
+    session_id: str
+    layer: str
+    turns: list[int] | None
+
+
+def deepest(left: dict[str, str], right: dict[str, str]) -> dict[str, str]:
+    """Merge opened-session maps, keeping the deepest layer reached per session."""
+    merged = dict(left)
+    for sid, layer in right.items():
+        if LAYER_DEPTH[layer] > LAYER_DEPTH.get(merged.get(sid, "L0"), 0):
+            merged[sid] = layer
+    return merged
+
+
+def add_usage(left: dict[str, dict], right: dict[str, dict]) -> dict[str, dict]:
+    """Sum token usage per node."""
+    merged = {k: dict(v) for k, v in left.items()}
+    for node, usage in right.items():
+        slot = merged.setdefault(node, {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+        for key, value in usage.items():
+            slot[key] = slot.get(key, 0) + value
+    return merged
+
+
+class InputState(TypedDict, total=False):
+    question: str
+    question_date: str  # e.g. "2023/05/30 (Tue) 23:40" or ISO 8601; default: now
+
+
+class OutputState(TypedDict, total=False):
+    answer: str
+    notes: str
+    draft: str
+    evidence: list[Evidence]
+    opened: dict[str, str]
+    drills: list[Drill]
+    step: int
+    stop_reason: str
+    usage: dict[str, dict]
+
+
+class State(InputState, OutputState, total=False):
+    today: str  # the question date as YYYY-MM-DD
+    date_hints: list[str]
+    queries: list[str]
+    searched: Annotated[list[str], operator.add]
+    candidates: dict[str, dict]  # session id -> {date, summary, score, spans}
+    evidence: Annotated[list[Evidence], operator.add]
+    opened: Annotated[dict[str, str], deepest]
+    drills: Annotated[list[Drill], operator.add]
+    targets: list[dict]  # drill requests for the next drill node: {session_id, layer}
+    new_evidence: int  # evidence items added since the last reflection
+    sufficient: bool
+    route: str
+    stop_reason: str
+    usage: Annotated[dict[str, dict], add_usage]

@@ -1,0 +1,195 @@
+"""`normalize_dates`: relative time expressions in the question resolved to absolute dates or ranges.
+
+Deterministic parsing first (`resolve_relative_dates`); the controller model only for temporal phrases the
+parser leaves unresolved ("the week of my cousin's wedding" stays unresolved: no calendar can place it).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from pydantic import BaseModel, Field
+
+from apdmem import prompts
+from apdmem.memory.records import Usage
+from apdmem.models import ask_structured, get_chat_model
+from apdmem.nodes.common import question_today, usage_update
+
+WEEKDAYS = [d.lower() for d in calendar.day_name]
+MONTHS = [m.lower() for m in calendar.month_name[1:]]
+SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
+NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+           "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3,
+           "several": 3}
+_NUM = r"(\d+|a couple of|couple of|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_UNIT = r"(day|week|month|year)s?"
+# Words that suggest a time reference; a question with one the parser did not resolve goes to the model.
+TEMPORAL_CUE = re.compile(r"\b(ago|last|past|previous|recent(ly)?|earlier|weekend|yesterday|tomorrow|"
+                          r"before|after|since|spring|summer|fall|autumn|winter|birthday|holiday)\b", re.I)
+
+
+@dataclass(frozen=True)
+class DateHint:
+    """A relative expression and the absolute range [start, end] it denotes."""
+
+    expression: str
+    start: date
+    end: date
+
+    def describe(self) -> str:
+        if self.start == self.end:
+            return f'"{self.expression}" = {self.start:%Y-%m-%d} ({self.start:%A})'
+        return f'"{self.expression}" = {self.start:%Y-%m-%d} to {self.end:%Y-%m-%d}'
+
+
+def add_months(day: date, months: int) -> date:
+    """`day` moved by whole calendar months, clamped to the target month's length."""
+    index = day.year * 12 + day.month - 1 + months
+    year, month = divmod(index, 12)
+    return date(year, month + 1, min(day.day, calendar.monthrange(year, month + 1)[1]))
+
+
+def _shift(today: date, n: int, unit: str) -> date:
+    if unit == "day":
+        return today - timedelta(days=n)
+    if unit == "week":
+        return today - timedelta(weeks=n)
+    return add_months(today, -n * (12 if unit == "year" else 1))
+
+
+def _period(today: date, unit: str, offset: int) -> tuple[date, date]:
+    """The calendar week (Mon-Sun), month or year `offset` periods from the one holding today."""
+    if unit == "week":
+        start = today - timedelta(days=today.weekday()) + timedelta(weeks=offset)
+        return start, start + timedelta(days=6)
+    if unit == "month":
+        start = add_months(today.replace(day=1), offset)
+        return start, add_months(start, 1) - timedelta(days=1)
+    start = date(today.year + offset, 1, 1)
+    return start, date(today.year + offset, 12, 31)
+
+
+def _season(today: date, name: str, which: str) -> tuple[date, date]:
+    first, last = SEASONS[name]
+    year = today.year
+    end_year = year + 1 if first > last else year
+    start, end = date(year, first, 1), add_months(date(end_year, last, 1), 1) - timedelta(days=1)
+    if which == "last" or (which == "in" and start > today):
+        while end >= today:  # the most recent season of that name that is already over
+            start, end = add_months(start, -12), add_months(end.replace(day=1), -11) - timedelta(days=1)
+    return start, end
+
+
+def _rules(today: date):
+    """(pattern, resolver) pairs; a resolver returns (start, end) from the match."""
+
+    def num(text: str) -> int:
+        return int(text) if text.isdigit() else NUMBERS[text]
+
+    def weekday_before(name: str) -> date:
+        back = (today.weekday() - WEEKDAYS.index(name)) % 7 or 7
+        return today - timedelta(days=back)
+
+    def weekday_after(name: str) -> date:
+        ahead = (WEEKDAYS.index(name) - today.weekday()) % 7 or 7
+        return today + timedelta(days=ahead)
+
+    def month_named(name: str, which: str) -> tuple[date, date]:
+        month = MONTHS.index(name) + 1
+        year = today.year if (month < today.month or (month == today.month and which != "last")) else today.year - 1
+        start = date(year, month, 1)
+        return start, add_months(start, 1) - timedelta(days=1)
+
+    def point(d: date) -> tuple[date, date]:
+        return d, d
+
+    last_weekend = weekday_before("saturday") if today.weekday() != 6 else today - timedelta(days=8)
+    return [
+        (r"the day before yesterday", lambda m: point(today - timedelta(days=2))),
+        (r"yesterday", lambda m: point(today - timedelta(days=1))),
+        (r"today|tonight|this morning", lambda m: point(today)),
+        (r"tomorrow", lambda m: point(today + timedelta(days=1))),
+        (rf"{_NUM} {_UNIT} ago", lambda m: point(_shift(today, num(m[1]), m[2]))),
+        (rf"(?:in|over|during|within) the (?:last|past) {_NUM} {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
+        (rf"(?:in|over|during|within) the (?:last|past) (few|couple of) {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
+        (rf"(?:in|over|during|within) the (?:last|past) {_UNIT}", lambda m: (_shift(today, 1, m[1]), today)),
+        (rf"(?:the )?(?:last|past) {_NUM} {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
+        (r"(?:last|this past) weekend", lambda m: (last_weekend, last_weekend + timedelta(days=1))),
+        (r"this weekend", lambda m: (weekday_after("saturday") if today.weekday() < 5 else today - timedelta(days=today.weekday() - 5), weekday_after("sunday") if today.weekday() != 6 else today)),
+        (rf"(?:last|this past|on|previous) ({'|'.join(WEEKDAYS)})", lambda m: point(weekday_before(m[1].lower()))),
+        (rf"next ({'|'.join(WEEKDAYS)})", lambda m: point(weekday_after(m[1].lower()))),
+        (r"(?:last|previous|the previous) (week|month|year)", lambda m: _period(today, m[1], -1)),
+        (r"next (week|month|year)", lambda m: _period(today, m[1], 1)),
+        (r"earlier this (week|month|year)", lambda m: (_period(today, m[1], 0)[0], today)),
+        (r"this (week|month|year)", lambda m: _period(today, m[1], 0)),
+        (r"(last|this|in) (spring|summer|fall|autumn|winter)", lambda m: _season(today, m[2].lower(), m[1].lower())),
+        (rf"(last|in|this|during|since|early|late) ({'|'.join(MONTHS)})\b(?! \d)", lambda m: (
+            (month_named(m[2].lower(), m[1].lower())[0], today) if m[1].lower() == "since" else month_named(m[2].lower(), m[1].lower()))),
+    ]
+
+
+def resolve_relative_dates(question: str, today: date) -> list[DateHint]:
+    """Every relative expression the parser recognizes, left to right, without overlaps.
+
+    >>> [h.describe() for h in resolve_relative_dates("What did I buy last Saturday?", date(2023, 5, 30))]
+    ['"last Saturday" = 2023-05-27 (Saturday)']
+    """
+    taken: list[tuple[int, int]] = []
+    hints: list[tuple[int, DateHint]] = []
+    for pattern, resolve in _rules(today):
+        for m in re.finditer(rf"\b(?:{pattern})\b", question, flags=re.I):
+            if any(m.start() < b and a < m.end() for a, b in taken):
+                continue
+            start, end = resolve(m)
+            taken.append(m.span())
+            hints.append((m.start(), DateHint(m.group(0), start, end)))
+    return [h for _, h in sorted(hints, key=lambda x: x[0])]
+
+
+def unresolved_cues(question: str, hints: list[DateHint]) -> bool:
+    """Whether the question has a temporal cue word outside every resolved expression."""
+    covered = " ".join(h.expression.lower() for h in hints)
+    # "how many days ago ..." asks for an interval; the answer node computes it from the dates it is given.
+    question = re.sub(r"\bhow (many|long) \w+( \w+)? ago\b", "", question, flags=re.I)
+    return any(cue.group(0).lower() not in covered for cue in TEMPORAL_CUE.finditer(question))
+
+
+class ResolvedRange(BaseModel):
+    expression: str
+    start: str = Field(description="YYYY-MM-DD")
+    end: str = Field(description="YYYY-MM-DD")
+
+
+class ResolvedDates(BaseModel):
+    """Relative expressions resolved by the model."""
+
+    ranges: list[ResolvedRange] = Field(default_factory=list, max_length=4)
+
+
+def resolve_with_model(question: str, today: date, model, usage) -> list[DateHint]:
+    """Model fallback; any range that is not two valid dates in order, or not in the question, is dropped."""
+    prompt = prompts.RESOLVE_DATES.format(today=f"{today:%Y-%m-%d}", weekday=f"{today:%A}", question=question)
+    out = ask_structured(model, ResolvedDates, prompt, usage)
+    hints = []
+    for r in out.ranges if out else []:
+        try:
+            start, end = date.fromisoformat(r.start), date.fromisoformat(r.end)
+        except ValueError:
+            continue
+        if start <= end and r.expression and r.expression.lower() in question.lower():
+            hints.append(DateHint(r.expression, start, end))
+    return hints
+
+
+def normalize_dates(state, runtime) -> dict:
+    """Resolve relative dates in the question against the question date."""
+    ctx, today, usage = runtime.context, question_today(state).date(), Usage()
+    hints: list[DateHint] = []
+    if ctx.date_normalization:
+        hints = resolve_relative_dates(state["question"], today)
+        if unresolved_cues(state["question"], hints):
+            hints += resolve_with_model(state["question"], today, get_chat_model(ctx.controller_model, ctx.base_url), usage)
+    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints], **usage_update("normalize_dates", usage)}

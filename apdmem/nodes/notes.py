@@ -1,0 +1,40 @@
+"""`synthesize_notes`: organize the evidence for the question (facts, timeline, updates, counts, hint).
+
+It organizes; it does not answer. Without a usable model reply the notes are the evidence itself, in
+date order, so the answer node always has grounding.
+"""
+
+from __future__ import annotations
+
+from apdmem import prompts
+from apdmem.memory.records import Usage
+from apdmem.models import get_chat_model
+from apdmem.nodes.common import annotate, usage_update
+from apdmem.tools import format_evidence
+
+
+def synthesize_notes(state, runtime) -> dict:
+    ctx, usage = runtime.context, Usage()
+    evidence = format_evidence(state.get("evidence", []))
+    notes = ""
+    if evidence and ctx.organized_notes:
+        prompt = prompts.SYNTHESIZE_NOTES.format(
+            today=state.get("today", ""),
+            question=state["question"],
+            date_hints="Dates: " + "; ".join(state["date_hints"]) if state.get("date_hints") else "",
+            evidence=evidence,
+        )
+        notes = generate(get_chat_model(ctx.generator_model, ctx.base_url), prompt, usage)
+    notes = notes or ("## Evidence\n" + evidence if evidence else "No relevant memory was found.")
+    annotate(evidence_items=len(state.get("evidence", [])))
+    return {"notes": notes, **usage_update("synthesize_notes", usage)}
+
+
+def generate(model, prompt: str, usage: Usage) -> str:
+    """Free-text generation; an empty string when the model fails (callers fall back)."""
+    try:
+        message = model.invoke(prompt)
+    except Exception:  # noqa: BLE001 - a failed generation degrades the answer, never the run
+        return ""
+    usage.add(message)
+    return message.text.strip()

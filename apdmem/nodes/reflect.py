@@ -1,0 +1,89 @@
+"""`reflect`: is the evidence sufficient? What is missing? Proposes searches or drills and drafts an answer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from apdmem import prompts
+from apdmem.graph.state import LAYER_DEPTH
+from apdmem.memory.records import Usage
+from apdmem.models import ask_structured, get_chat_model
+from apdmem.nodes.common import annotate, usage_update
+from apdmem.nodes.drill import default_targets
+from apdmem.tools import format_evidence
+
+CANDIDATES_SHOWN = 10
+SUMMARY_CHARS = 300
+
+
+class DeepenRequest(BaseModel):
+    session_id: str
+    layer: Literal["L2", "L3"] = Field(description="L2 detailed notes, L3 exact messages")
+
+
+class Reflection(BaseModel):
+    """The controller's judgement of the evidence so far."""
+
+    sufficient: bool
+    missing: str = ""
+    draft_answer: str = ""
+    open_sessions: list[str] = Field(default_factory=list, max_length=5)
+    deepen: list[DeepenRequest] = Field(default_factory=list, max_length=4)
+    new_queries: list[str] = Field(default_factory=list, max_length=3)
+
+
+def fallback(state, ctx) -> Reflection:
+    """A deterministic decision for when reflection is off or the model's output is unusable:
+    open the next unread sessions, else deepen the best opened one, else stop."""
+    targets = default_targets(state, ctx)
+    if targets:
+        return Reflection(sufficient=False, open_sessions=[t["session_id"] for t in targets])
+    opened = state.get("opened", {})
+    ranked = sorted(opened, key=lambda sid: -state.get("candidates", {}).get(sid, {}).get("score", 0.0))
+    deepest_allowed = max((LAYER_DEPTH[layer] for layer in ctx.allowed_layers), default=0)
+    for sid in ranked:
+        if LAYER_DEPTH[opened[sid]] < deepest_allowed:
+            return Reflection(sufficient=False, deepen=[DeepenRequest(session_id=sid, layer="L3" if opened[sid] == "L2" else "L2")])
+    return Reflection(sufficient=True)
+
+
+def render_candidates(state) -> str:
+    ranked = sorted(state.get("candidates", {}).items(), key=lambda kv: -kv[1]["score"])[:CANDIDATES_SHOWN]
+    opened = state.get("opened", {})
+    lines = []
+    for sid, c in ranked:
+        summary = " ".join(c["summary"].split())[:SUMMARY_CHARS]
+        lines.append(f"- {sid} | {c['date'][:10]} | read: {opened.get(sid, 'L0')} | {summary}")
+    return "\n".join(lines) or "(none)"
+
+
+def reflect(state, runtime) -> dict:
+    ctx, usage = runtime.context, Usage()
+    decision = None
+    if ctx.reflection and ctx.controller:
+        prompt = prompts.REFLECT.format(
+            today=state.get("today", ""),
+            question=state["question"],
+            date_hints="Dates: " + "; ".join(state["date_hints"]) if state.get("date_hints") else "",
+            candidates=render_candidates(state),
+            evidence=format_evidence(state.get("evidence", [])) or "(nothing read yet)",
+            step=state.get("step", 0),
+            tmax=ctx.tmax,
+        )
+        decision = ask_structured(get_chat_model(ctx.controller_model, ctx.base_url), Reflection, prompt, usage)
+    decision = decision or fallback(state, ctx)
+    candidates, searched = state.get("candidates", {}), set(state.get("searched", []))
+    targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions if s in candidates]
+    targets += [{"session_id": d.session_id, "layer": d.layer} for d in decision.deepen if d.session_id in state.get("opened", {})]
+    queries = [q.strip() for q in decision.new_queries if q.strip() and q.strip() not in searched]
+    annotate(step=state.get("step", 0) + 1, sufficient=decision.sufficient, targets=targets, new_queries=queries)
+    return {
+        "sufficient": decision.sufficient,
+        "draft": decision.draft_answer.strip() or state.get("draft", ""),
+        "targets": targets,
+        "queries": [*state.get("queries", []), *queries],
+        "step": state.get("step", 0) + (1 if usage.calls else 0),
+        **usage_update("reflect", usage),
+    }

@@ -1,0 +1,259 @@
+"""Indexes and fusion: tokenizer, the two BM25 backends, FAISS round trip, compaction, RRF with keyword boost."""
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apdmem.memory.index import SPARSE_THRESHOLD, DenseIndex, RankBM25, SparseBM25, UnitIndex, make_lexical, tokenize
+from apdmem.memory.records import Unit
+from apdmem.memory.retriever import KEYWORD_BOOST, RRF_K, fuse, rank_sessions
+
+S_DEV = Path("/work/shared/data/longmemeval/longmemeval_s_dev.json.gz")
+
+
+def random_vectors(n: int, dimension: int = 384, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, dimension)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def unit(session_id: str, summary: str, *, start: int = 0, keywords=(), embed=None) -> Unit:
+    return Unit(session_id, start, start + 2, summary, keywords=list(keywords), embed_texts=[embed or summary])
+
+
+def build(units: list[Unit], embeddings, lexical: str = "auto") -> UnitIndex:
+    index = UnitIndex(embeddings.dimension, lexical)
+    index.add(units, embeddings.embed([t for u in units for t in u.embed_texts]))
+    return index
+
+
+# ------------------------------------------------------------------------------------------------- tokenizer
+
+
+def test_tokenize():
+    assert tokenize("The dogs were running to Mount Rainier's trail, I'm happy! Running 42 km.") == [
+        "dog", "run", "mount", "rainier", "trail", "happi", "run", "42", "km",
+    ]
+    assert tokenize("What is it? I, you, the...") == []  # stopwords only
+    assert tokenize("Biscuit's VET visit") == tokenize("biscuit vet visits")
+
+
+# ----------------------------------------------------------------------------------------------------- BM25
+
+
+def corpus_and_queries() -> tuple[list[list[str]], list[list[str]]]:
+    """~400 documents (turns of the real LongMemEval dev haystacks when present) and ~100 queries."""
+    rng = random.Random(7)
+    if S_DEV.exists():
+        items = json.loads(gzip.decompress(S_DEV.read_bytes()))
+        turns = [t["content"][:600] for item in items[:2] for s in item["haystack_sessions"] for t in s]
+        docs = rng.sample(turns, 400)
+        queries = [item["question"] for item in items] + [" ".join(rng.sample(d.split(), min(6, len(d.split())))) for d in docs[:50]]
+    else:  # synthetic: Zipf-like word frequencies over a small vocabulary
+        vocab = [f"w{i}" for i in range(800)]
+        weights = [1 / (i + 1) for i in range(len(vocab))]
+        docs = [" ".join(rng.choices(vocab, weights, k=rng.randint(3, 60))) for _ in range(400)]
+        queries = [" ".join(rng.choices(vocab, weights, k=rng.randint(1, 6))) for _ in range(100)]
+    return [tokenize(d) for d in docs] + [[], ["ok"]], [tokenize(q) for q in queries]
+
+
+def test_sparse_bm25_scores_exactly_as_rank_bm25():
+    docs, queries = corpus_and_queries()
+    reference, sparse = RankBM25(), SparseBM25()
+    reference.add(docs)
+    sparse.add(docs[:150])
+    sparse.scores(queries[0])  # caches built here must be invalidated by the next add
+    sparse.add(docs[150:])
+    nonzero = 0
+    for query in queries:
+        expected, got = reference.scores(query), sparse.scores(query)
+        assert expected.shape == got.shape == (len(docs),)
+        assert np.allclose(expected, got, rtol=1e-10, atol=1e-12), query
+        nonzero += bool(expected.any())
+    assert nonzero > 0.9 * len(queries)  # the comparison is not between zero vectors
+    assert np.array_equal(sparse.scores(["unseenterm"]), np.zeros(len(docs)))
+
+
+def test_bm25_of_empty_corpora():
+    for backend in (RankBM25(), SparseBM25()):
+        assert backend.scores(["x"]).shape == (0,)
+        backend.add([[], []])
+        assert np.array_equal(backend.scores(["x"]), np.zeros(2))
+
+
+def test_make_lexical_picks_by_size():
+    assert isinstance(make_lexical("auto", 0), RankBM25)
+    assert isinstance(make_lexical("auto", SPARSE_THRESHOLD), RankBM25)
+    assert isinstance(make_lexical("auto", SPARSE_THRESHOLD + 1), SparseBM25)
+    assert isinstance(make_lexical("rank-bm25", 10**6), RankBM25)
+    assert isinstance(make_lexical("sparse", 1), SparseBM25)
+    with pytest.raises(ValueError, match="unknown lexical backend"):
+        make_lexical("bm42", 10)
+
+
+# ---------------------------------------------------------------------------------------------------- dense
+
+
+def test_dense_index_round_trips_through_bytes():
+    vectors = random_vectors(300)
+    rows = [i // 3 for i in range(300)]  # three vectors per unit
+    dense = DenseIndex(384)
+    dense.add(vectors, rows)
+    copy = DenseIndex.from_bytes(dense.to_bytes(), dense.rows.tolist())
+    assert copy.index.ntotal == 300 and copy.index.d == 384
+    for query in random_vectors(20, seed=1):
+        (rows_a, sims_a), (rows_b, sims_b) = dense.search(query, 25), copy.search(query, 25)
+        assert rows_a.tolist() == rows_b.tolist() and np.array_equal(sims_a, sims_b)
+        assert np.all(np.diff(sims_a) <= 1e-6)  # best first
+    with pytest.raises(ValueError, match="300 vectors but its id map names 299"):
+        DenseIndex.from_bytes(dense.to_bytes(), rows[:-1])
+
+
+def test_dense_search_of_an_empty_index():
+    rows, sims = DenseIndex(384).search(random_vectors(1)[0], 10)
+    assert rows.shape == sims.shape == (0,)
+
+
+# --------------------------------------------------------------------------------------------- unit index
+
+
+def three_sessions() -> tuple[list[Unit], np.ndarray]:
+    texts = {
+        "A": ["hiking the skyline trail", "snow on the glacier near camp muir", "boots and poles for hiking"],
+        "B": ["sourdough starter fed with rye flour", "dense loaf after a short proof"],
+        "C": ["guitar lessons on wonderwall", "barre chords hurt my fingertips", "new strings for the guitar"],
+    }
+    units = []
+    for sid, summaries in texts.items():
+        for i, s in enumerate(summaries):
+            units.append(Unit(sid, i, i + 2, s, embed_texts=[s, s.upper()]))  # two vectors per unit
+    return units, random_vectors(2 * len(units), seed=3)
+
+
+def test_compact_drops_removed_sessions_and_keeps_the_others():
+    units, vectors = three_sessions()
+    index = UnitIndex(384)
+    index.add(units, vectors)
+    index.remove("B")
+    assert len(index) == 6 and len(index.units) == 8  # dead rows stay until compaction
+    compact = index.compact()
+    assert [u.session_id for u in compact.units] == ["A"] * 3 + ["C"] * 3
+    assert compact.alive.all() and compact.dense.index.ntotal == 12
+    assert sorted(set(compact.dense.rows.tolist())) == list(range(6))
+
+    # Exactly the index one would build from the survivors alone ...
+    survivors = [i for i, u in enumerate(units) if u.session_id != "B"]
+    fresh = UnitIndex(384)
+    fresh.add([units[i] for i in survivors], vectors[[2 * i + j for i in survivors for j in (0, 1)]])
+    queries = ["hiking boots", "guitar chords", "rye flour", "glacier snow trail"]
+    query_vectors = random_vectors(len(queries), seed=4)
+    for q, v in zip(queries, query_vectors):
+        assert fuse(compact, q, v) == pytest.approx(fuse(fresh, q, v), rel=1e-12)
+        assert np.allclose(compact.lexical.scores(tokenize(q)), fresh.lexical.scores(tokenize(q)))
+
+    # ... and the dense results of the survivors are those of the index before compaction.
+    for v in query_vectors:
+        before_rows, before_sims = index.dense.search(v, 16)
+        keep = index.alive[before_rows]
+        after_rows, after_sims = compact.dense.search(v, 12)
+        assert [id(index.units[r]) for r in before_rows[keep]] == [id(compact.units[r]) for r in after_rows]
+        assert np.allclose(before_sims[keep], after_sims)
+    # No hit from the removed session, before or after compaction.
+    for q, v in zip(queries, query_vectors):
+        assert {index.units[r].session_id for r in fuse(index, q, v)} <= {"A", "C"}
+        assert {compact.units[r].session_id for r in fuse(compact, q, v)} <= {"A", "C"}
+
+
+# ----------------------------------------------------------------------------------------------- retriever
+
+TOPICS = [
+    ("s-hike", "We hiked to the summit of Mount Rainier at sunrise with my sister."),
+    ("s-hike", "The Skyline Trail loop has views of the glaciers."),
+    ("s-dog", "My beagle puppy Biscuit chews my sneakers."),
+    ("s-dog", "Biscuit's first vet appointment is on Friday."),
+    ("s-bread", "Baking sourdough bread with a rye flour starter."),
+    ("s-guitar", "Learning the chords of Wonderwall on an acoustic guitar."),
+    ("s-japan", "Cherry blossoms in Kyoto and a night in a ryokan."),
+    ("s-knee", "Runner's knee from half marathon training; physiotherapy exercises."),
+]
+
+
+@pytest.fixture(scope="module")
+def topics_index(embeddings) -> UnitIndex:
+    return build([unit(sid, text, start=2 * i) for i, (sid, text) in enumerate(TOPICS)], embeddings)
+
+
+def expected_fusion(index: UnitIndex, query: str, vector: np.ndarray) -> dict[int, float]:
+    """RRF written out independently: 1/(60 + rank) per ranking, ranks from 1, plus the keyword boost."""
+    lexical = index.lexical.scores(tokenize(query))
+    lexical_ranked = sorted((r for r in range(len(index.units)) if index.alive[r] and lexical[r] > 0), key=lambda r: -lexical[r])
+    sims = np.array([max(float(index.dense.index.reconstruct(int(i)) @ vector) for i in np.flatnonzero(index.dense.rows == r))
+                     for r in range(len(index.units))])
+    dense_ranked = sorted((r for r in range(len(index.units)) if index.alive[r]), key=lambda r: -sims[r])
+    scores: dict[int, float] = {}
+    for ranking in (lexical_ranked, dense_ranked):
+        for rank, row in enumerate(ranking, 1):
+            scores[row] = scores.get(row, 0.0) + 1 / (RRF_K + rank)
+    for row in scores:
+        scores[row] += KEYWORD_BOOST * sum(len(k) > 2 and k.lower() in query.lower() for k in index.units[row].keywords)
+    return scores
+
+
+def test_a_unit_first_in_both_rankings_scores_two_first_places(topics_index, embeddings):
+    query = "hiking to the summit of Mount Rainier at sunrise"
+    vector = embeddings.embed([query])[0]
+    scores = fuse(topics_index, query, vector)
+    lexical = topics_index.lexical.scores(tokenize(query))
+    dense_rows, _ = topics_index.dense.search(vector, 1)
+    assert int(np.argmax(lexical)) == dense_rows[0] == 0  # the premise: unit 0 leads both rankings
+    assert scores[0] == pytest.approx(2 / (RRF_K + 1), rel=1e-12)
+    assert max(scores, key=scores.get) == 0
+
+
+@pytest.mark.parametrize("query", ["my dog Biscuit", "what did the vet say", "Kyoto in spring", "zzz unknown words"])
+def test_fusion_is_reciprocal_rank_fusion(topics_index, embeddings, query):
+    vector = embeddings.embed([query])[0]
+    expected = expected_fusion(topics_index, query, vector)
+    got = fuse(topics_index, query, vector)
+    assert got.keys() == expected.keys()
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_keyword_match_adds_exactly_the_boost(embeddings):
+    query = "Who is Dr. Alvarez?"
+    others = [unit(sid, text) for sid, text in TOPICS]
+    plain = unit("s-vet", "Dr. Alvarez checked the puppy's vaccination schedule.")
+    tagged = unit("s-vet", plain.summary, keywords=["Alvarez", "vaccination"])  # only "Alvarez" is in the query
+    vector = embeddings.embed([query])[0]
+    without = fuse(build([plain, *others], embeddings), query, vector)
+    with_keyword = fuse(build([tagged, *others], embeddings), query, vector)
+    assert without[0] == pytest.approx(2 / (RRF_K + 1), rel=1e-12)  # first in both rankings either way
+    assert with_keyword[0] - without[0] == pytest.approx(KEYWORD_BOOST, rel=1e-9)
+
+    # Side by side in one index, the twin with the keyword wins.
+    both = fuse(build([plain, tagged, *others], embeddings), query, vector)
+    assert both[1] > both[0]
+    # Keywords of two characters or fewer never count (they would match inside any word).
+    short = fuse(build([unit("s-vet", plain.summary, keywords=["Dr"]), *others], embeddings), query, vector)
+    assert short[0] == pytest.approx(without[0], rel=1e-12)
+
+
+def test_sessions_are_scored_by_their_best_unit_over_all_queries(topics_index, embeddings):
+    queries = ["my beagle chews sneakers", "sourdough bread with rye flour"]
+    vectors = embeddings.embed(queries)
+    fused = [fuse(topics_index, q, v) for q, v in zip(queries, vectors)]
+    hits = rank_sessions(topics_index, queries, vectors, k=10)
+    assert [(h.session_id, h.score) for h in hits[:2]] == [("s-bread", 2 / (RRF_K + 1)), ("s-dog", 2 / (RRF_K + 1))]  # ties by id
+    for hit in hits:
+        candidates = [(scores[row], row) for scores in fused for row in scores if topics_index.units[row].session_id == hit.session_id]
+        best_score, best_row = max(candidates)
+        assert hit.score == best_score and topics_index.units[hit.row].session_id == hit.session_id
+        assert fused[0].get(hit.row, 0) == hit.score or fused[1].get(hit.row, 0) == hit.score
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # Each sub-query alone ranks only its own topic first; together both lead.
+    alone = [rank_sessions(topics_index, [q], v[None], k=2)[0].session_id for q, v in zip(queries, vectors)]
+    assert alone == ["s-dog", "s-bread"]
+    assert len(rank_sessions(topics_index, queries, vectors, k=3)) == 3
