@@ -58,6 +58,68 @@ def cmd_sessions(args) -> None:
         print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
 
 
+def _context(args, memory):
+    from apdmem.graph import Context
+
+    return Context(user_id=memory.user_id, memory=memory, controller_model=args.controller_model or args.chat_model,
+                   generator_model=args.generator_model or args.chat_model, embeddings=args.embeddings,
+                   base_url=args.base_url, tmax=args.tmax, top_k=args.top_k)
+
+
+def ask(question: str, question_date: str | None, context) -> dict:
+    """Run the controller graph, printing each disclosure as it happens; returns the final state."""
+    from apdmem.graph import build_graph
+
+    final: dict = {}
+    inputs = {"question": question, **({"question_date": question_date} if question_date else {})}
+    for mode, chunk in build_graph().stream(inputs, context=context, stream_mode=["custom", "updates"]):
+        if mode == "custom" and chunk["event"] == "search":
+            print(f"  [step {chunk['step']}] search {chunk['queries']} -> {len(chunk['sessions'])} sessions", flush=True)
+        elif mode == "custom" and chunk["event"] == "drill":
+            turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
+            print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}", flush=True)
+        elif mode == "updates":
+            for update in chunk.values():
+                final.update(update or {})
+    return final
+
+
+def cmd_ask(args) -> None:
+    memory = _memory(args)
+    final = ask(args.question, args.date, _context(args, memory))
+    print(f"\n{final.get('answer', '')}")
+
+
+def cmd_demo(args) -> None:
+    """Ingest a real LongMemEval conversation shipped with the package and answer its question."""
+    import tempfile
+    import time
+    from importlib.resources import files
+
+    from apdmem.memory import load_longmemeval
+
+    started = time.perf_counter()
+    item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_demo.json"))[0]
+    with tempfile.TemporaryDirectory(prefix="apdmem-demo-") as directory:
+        args.memory_dir = args.memory_dir or directory
+        args.user = "demo"
+        memory = _memory(args)
+        print(f"Ingesting {len(item.sessions)} session(s), {sum(len(s.turns) for s in item.sessions)} turns "
+              f"(L0 mode {memory.l0_mode}, chat model {args.chat_model}) ...", flush=True)
+        report = memory.ingest(item.sessions, progress=True)
+        print(f"  {report.units} L0 units, {report.usage.input_tokens + report.usage.output_tokens} model tokens")
+        print(f"\nQuestion ({item.question_date:%Y-%m-%d}): {item.question}", flush=True)
+        final = ask(item.question, item.question_date.isoformat(), _context(args, memory))
+    opened = ", ".join(f"{sid} ({layer})" for sid, layer in final.get("opened", {}).items()) or "none"
+    print(f"\nAnswer: {final.get('answer', '')}")
+    print(f"Reference answer: {item.answer}")
+    print(f"Sessions opened: {opened}; steps: {final.get('step', 0)}; stop: {final.get('stop_reason', '')}")
+    print(f"Wall time: {time.perf_counter() - started:.1f}s")
+    if args.chat_model == "local":
+        print("(The embedded 135M-parameter model only shows the pipeline running offline; "
+              "use --chat-model openai:<model> for real answers.)")
+
+
 def cmd_bench_retrieval(args) -> None:
     from apdmem.eval.retrieval import format_report, run
 
@@ -97,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_forget)
     p = sub.add_parser("sessions", parents=[common, user], help="list a user's sessions")
     p.set_defaults(func=cmd_sessions)
+
+    graph = argparse.ArgumentParser(add_help=False)
+    graph.add_argument("--controller-model", default=os.environ.get("APDMEM_CONTROLLER_MODEL"), help="default: --chat-model")
+    graph.add_argument("--generator-model", default=os.environ.get("APDMEM_GENERATOR_MODEL"), help="default: --chat-model")
+    graph.add_argument("--tmax", type=int, default=int(os.environ.get("APDMEM_TMAX", 20)), help="step budget")
+    graph.add_argument("--top-k", type=int, default=int(os.environ.get("APDMEM_TOP_K", 10)), help="sessions per search")
+    p = sub.add_parser("ask", parents=[common, user, graph], help="answer a question from a user's memory")
+    p.add_argument("question")
+    p.add_argument("--date", default=None, help="the question's date (default: now)")
+    p.set_defaults(func=cmd_ask)
+    p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real conversation and answer its question")
+    p.set_defaults(func=cmd_demo)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     p = bench.add_parser("retrieval", parents=[common, l0], help="session retrieval on a LongMemEval file")

@@ -157,6 +157,7 @@ class LocalChatModel(BaseChatModel):
     n_ctx: int = 8192
     max_tokens: int = 256
     temperature: float = 0.0
+    repeat_penalty: float = 1.3  # the tiny model loops on a sentence without it
     _llama: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
@@ -185,6 +186,7 @@ class LocalChatModel(BaseChatModel):
                 messages=chat,
                 max_tokens=max_tokens,
                 temperature=self.temperature,
+                repeat_penalty=self.repeat_penalty,
                 stop=stop,
                 response_format=kwargs.get("response_format"),
             )
@@ -250,7 +252,7 @@ def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=
     """Ask for an instance of `schema`; None when the model cannot produce one (the caller falls back).
 
     Uses function calling, which both OpenAI and OpenAI-compatible local servers accept. Transient failures
-    are retried with exponential backoff; authentication and configuration errors are raised.
+    (exceptions) are retried with exponential backoff; authentication and configuration errors are raised.
     """
     runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
     for attempt in range(attempts):
@@ -265,6 +267,6 @@ def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=
             continue
         if usage is not None:
             usage.add(out["raw"])
-        if out["parsed"] is not None:
-            return out["parsed"]
+        # An answer that does not fit the schema is not retried: at temperature 0 it would come back the same.
+        return out["parsed"]
     return None

@@ -51,7 +51,8 @@ def corpus_and_queries() -> tuple[list[list[str]], list[list[str]]]:
         items = json.loads(gzip.decompress(S_DEV.read_bytes()))
         turns = [t["content"][:600] for item in items[:2] for s in item["haystack_sessions"] for t in s]
         docs = rng.sample(turns, 400)
-        queries = [item["question"] for item in items] + [" ".join(rng.sample(d.split(), min(6, len(d.split())))) for d in docs[:50]]
+        snippets = [" ".join(rng.sample(d.split(), min(6, len(d.split())))) for d in docs[:50]]
+        queries = [item["question"] for item in items] + snippets
     else:  # synthetic: Zipf-like word frequencies over a small vocabulary
         vocab = [f"w{i}" for i in range(800)]
         weights = [1 / (i + 1) for i in range(len(vocab))]
@@ -248,9 +249,8 @@ def test_sessions_are_scored_by_their_best_unit_over_all_queries(topics_index, e
     hits = rank_sessions(topics_index, queries, vectors, k=10)
     assert [(h.session_id, h.score) for h in hits[:2]] == [("s-bread", 2 / (RRF_K + 1)), ("s-dog", 2 / (RRF_K + 1))]  # ties by id
     for hit in hits:
-        candidates = [(scores[row], row) for scores in fused for row in scores if topics_index.units[row].session_id == hit.session_id]
-        best_score, best_row = max(candidates)
-        assert hit.score == best_score and topics_index.units[hit.row].session_id == hit.session_id
+        candidates = [scores[row] for scores in fused for row in scores if topics_index.units[row].session_id == hit.session_id]
+        assert hit.score == max(candidates) and topics_index.units[hit.row].session_id == hit.session_id
         assert fused[0].get(hit.row, 0) == hit.score or fused[1].get(hit.row, 0) == hit.score
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # Each sub-query alone ranks only its own topic first; together both lead.

@@ -65,7 +65,8 @@ def test_ingest_report_and_manifest(make_memory, history):
     assert report.turns == 6 * len(HISTORY) and report.units == 2 * len(HISTORY) == len(memory.index)
     assert report.usage.calls == 0 and memory.usage.calls == 0  # raw mode: no model call
     assert memory.session_ids() == list(HISTORY)  # oldest first
-    assert memory.manifest["sessions"]["s-dog"] == {"date": "2024-03-10T18:30:00", "turns": 6, "hash": history[1].content_hash(), "units": 2}
+    assert memory.manifest["sessions"]["s-dog"] == {
+        "date": "2024-03-10T18:30:00", "turns": 6, "hash": history[1].content_hash(), "units": 2}
 
 
 def test_sub_queries_and_empty_queries(alice):
@@ -96,14 +97,15 @@ def test_hybrid_retriever_returns_documents(alice):
 
 
 def test_reingesting_the_same_sessions_is_a_no_op(make_memory, history):
-    memory = make_memory()
+    store = memory_store()
+    memory = make_memory(store=store)
     memory.ingest(history)
-    before, generation, size = snapshot(memory.store._store), memory.manifest["generation"], len(memory.index)
+    before, generation, size = snapshot(store), memory.manifest["generation"], len(memory.index)
     report = memory.ingest([Session.from_json(s.to_json()) for s in history])  # equal copies, not the same objects
     assert report.unchanged == list(HISTORY) and report.added == report.updated == []
     assert (report.turns, report.units) == (0, 0)
     assert len(memory.index) == len(memory.index.units) == size
-    assert memory.manifest["generation"] == generation and snapshot(memory.store._store) == before
+    assert memory.manifest["generation"] == generation and snapshot(store) == before
 
 
 def test_changed_content_replaces_the_session(make_memory, history, tmp_path):
@@ -221,7 +223,8 @@ def test_l3_is_every_turn_verbatim_and_l0_one_section_per_unit(alice):
         assert l0.count("\n## Turns ") == len(units) == alice.manifest["sessions"][sid]["units"] == 2
         assert "\n## Turns 1-4\n" in l0 and "\n## Turns 3-6\n" in l0
         assert all(u.summary in l0 for u in units)
-    assert alice.read("s-dog", "L3", turns=[2]).count("## Turn ") == 1 and HISTORY["s-dog"][1][2] in alice.read("s-dog", "L3", turns=[2])
+    one_turn = alice.read("s-dog", "L3", turns=[2])
+    assert one_turn.count("## Turn ") == 1 and "## Turn 3 (user)\n" + HISTORY["s-dog"][1][2] in one_turn
     with pytest.raises(ValueError, match="unknown layer"):
         alice.read("s-dog", "L4")
     with pytest.raises(UnknownSessionError):
@@ -422,14 +425,19 @@ PUPPY = ["I just adopted a beagle puppy named Biscuit.",
 
 
 @pytest.fixture
-def puppy_memory(embeddings) -> Memory:
-    memory = Memory("alice", store=memory_store(), l0_mode="raw", chat_model="local")
+def puppy_store():
+    return memory_store()
+
+
+@pytest.fixture
+def puppy_memory(embeddings, puppy_store) -> Memory:
+    memory = Memory("alice", store=puppy_store, l0_mode="raw", chat_model="local")
     memory.ingest([make_session("puppy", "2024-03-02T10:00", PUPPY)])
     return memory
 
 
 @pytest.mark.slow
-def test_facts_come_from_the_chat_model_once_then_from_the_cache(puppy_memory):
+def test_facts_come_from_the_chat_model_once_then_from_the_cache(puppy_memory, puppy_store):
     facts = puppy_memory.facts("puppy")
     calls = puppy_memory.usage.calls
     assert calls >= 1 and puppy_memory.usage.input_tokens > 0
@@ -442,7 +450,7 @@ def test_facts_come_from_the_chat_model_once_then_from_the_cache(puppy_memory):
     assert heading == "# L1 key facts: session puppy (2024-03-02 10:00, Saturday)"
     assert body.splitlines() == [f"- {f}" for f in facts]
 
-    again = Memory("alice", store=puppy_memory.store._store, l0_mode="raw", chat_model="local")
+    again = Memory("alice", store=puppy_store, l0_mode="raw", chat_model="local")
     assert again.facts("puppy") == facts and again.usage.calls == 0  # the cache is in the store
 
 

@@ -25,15 +25,15 @@ TURN_CHARS = 2_000  # per turn in construction prompts: keeps a window well insi
 class WindowSummary(BaseModel):
     """L0 summary of a window of turns."""
 
-    summary: str = Field(description="one sentence: what the turns are about, names and absolute dates")
-    keywords: list[str] = Field(default_factory=list, description="up to 8 exact names, numbers, terms")
-    tags: list[str] = Field(default_factory=list, description="up to 4 short topic tags")
+    summary: str = Field(description="one sentence: what the turns are about, names and absolute dates", max_length=400)
+    keywords: list[str] = Field(default_factory=list, description="up to 8 exact names, numbers, terms", max_length=8)
+    tags: list[str] = Field(default_factory=list, description="up to 4 short topic tags", max_length=4)
 
 
 class KeyFacts(BaseModel):
     """L1 key facts about the user."""
 
-    facts: list[str] = Field(description="5-25 self-contained facts about the user")
+    facts: list[str] = Field(description="5-25 self-contained facts about the user", max_length=25)
 
 
 class TurnNotes(BaseModel):

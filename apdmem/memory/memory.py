@@ -172,6 +172,12 @@ class Memory:
         bar = tqdm(total=sum(len(s.turns) for s in todo), desc=f"ingest {self.user_id}", unit="turn", disable=not progress)
         last_save = time.monotonic()
         with self._lock:
+            if report.updated:
+                # Unlist the old versions before their files change: a run killed below must not leave the
+                # manifest naming a session whose layers are half replaced. Running again re-adds them.
+                for sid in report.updated:
+                    self._unlist(sid)
+                self.save()
             for chunk in (todo[i : i + 32] for i in range(0, len(todo), 32)):
                 self._add(chunk, report)
                 bar.update(sum(len(s.turns) for s in chunk))
@@ -193,13 +199,6 @@ class Memory:
         self.usage.output_tokens += usage.output_tokens
         self.usage.calls += usage.calls
         report.usage = usage if not report.usage.calls else _sum(report.usage, usage)
-        replaced = [s.session_id for s in sessions if s.session_id in self.manifest["sessions"]]
-        if replaced:
-            # Unlist the old versions before their files change: a run killed below must not leave the
-            # manifest naming a session whose layers are half replaced.
-            for sid in replaced:
-                self._unlist(sid)
-            self.save()
         for session in sessions:
             sid = session.session_id
             self._delete_files(sid)  # the old version (its cached L1/L2 too), or what a killed run left behind

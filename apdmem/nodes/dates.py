@@ -116,6 +116,8 @@ def _rules(today: date):
         (rf"(?:in|over|during|within) the (?:last|past) {_NUM} {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
         (rf"(?:in|over|during|within) the (?:last|past) (few|couple of) {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
         (rf"(?:in|over|during|within) the (?:last|past) {_UNIT}", lambda m: (_shift(today, 1, m[1]), today)),
+        # "the past week" is rolling even without a preposition ("the last week" alone may be "of June").
+        (r"the past (day|week|month|year)", lambda m: (_shift(today, 1, m[1]), today)),
         (rf"(?:the )?(?:last|past) {_NUM} {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
         (r"(?:last|this past) weekend", lambda m: (last_weekend, last_weekend + timedelta(days=1))),
         (r"this weekend", lambda m: (weekday_after("saturday") if today.weekday() < 5 else today - timedelta(days=today.weekday() - 5), weekday_after("sunday") if today.weekday() != 6 else today)),

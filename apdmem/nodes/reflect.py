@@ -62,7 +62,8 @@ def render_candidates(state) -> str:
 def reflect(state, runtime) -> dict:
     ctx, usage = runtime.context, Usage()
     decision = None
-    if ctx.reflection and ctx.controller:
+    # A reflection is a step of the budget: with none left, the loop stops at `converge` anyway.
+    if ctx.reflection and ctx.controller and state.get("step", 0) < ctx.tmax:
         prompt = prompts.REFLECT.format(
             today=state.get("today", ""),
             question=state["question"],

@@ -78,7 +78,9 @@ def make_memory_tools(memory) -> list[BaseTool]:
     def search_tool(query: str, k: int = 5) -> str:
         """Search the user's past conversations. Returns session ids, dates and a one-line summary each."""
         docs = search_memory(memory, query, k)
-        return "\n".join(f"{d.metadata['session_id']} ({d.metadata['date'][:10]}): {d.page_content[:400]}" for d in docs) or "no sessions found"
+        # One line per session: raw-mode summaries are whole windows of turns, newlines included.
+        return "\n".join(f"{d.metadata['session_id']} ({d.metadata['date'][:10]}): {' '.join(d.page_content.split())[:400]}"
+                         for d in docs) or "no sessions found"
 
     @tool("read_facts")
     def facts_tool(session_id: str) -> str:
