@@ -17,7 +17,7 @@ def _memory(args, **overrides):
         chat_model=args.chat_model,
         embeddings=args.embeddings,
         base_url=args.base_url,
-        l0_mode=getattr(args, "l0_mode", None) or os.environ.get("APDMEM_L0_MODE", "llm"),
+        l0_mode=getattr(args, "l0_mode", None) or os.environ.get("APDMEM_L0_MODE", "auto"),
     )
     return Memory(args.user, **{**options, **overrides})
 
@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     user = argparse.ArgumentParser(add_help=False)
     user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"), help="user id (namespace)")
     l0 = argparse.ArgumentParser(add_help=False)
-    l0.add_argument("--l0-mode", choices=["llm", "raw"], default=None, help="L0 units by the chat model, or raw windows")
+    l0.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default=None,
+                    help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest", parents=[common, user, l0], help="add a conversation file to a user's memory")

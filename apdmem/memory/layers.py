@@ -25,28 +25,28 @@ TURN_CHARS = 2_000  # per turn in construction prompts: keeps a window well insi
 class WindowSummary(BaseModel):
     """L0 summary of a window of turns."""
 
-    summary: str = Field(description="one sentence: what the turns are about, names and absolute dates", max_length=400)
-    keywords: list[str] = Field(default_factory=list, description="up to 8 exact names, numbers, terms", max_length=8)
-    tags: list[str] = Field(default_factory=list, description="up to 4 short topic tags", max_length=4)
+    summary: str = Field(description="one sentence: what the turns are about, names and absolute dates", json_schema_extra={"maxLength": 400})
+    keywords: list[str] = Field(default_factory=list, description="up to 8 exact names, numbers, terms", json_schema_extra={"maxItems": 8})
+    tags: list[str] = Field(default_factory=list, description="up to 4 short topic tags", json_schema_extra={"maxItems": 4})
 
 
 class KeyFacts(BaseModel):
     """L1 key facts about the user."""
 
-    facts: list[str] = Field(description="5-25 self-contained facts about the user", max_length=25)
+    facts: list[str] = Field(description="5-25 self-contained facts about the user", json_schema_extra={"maxItems": 25})
 
 
 class TurnNotes(BaseModel):
     """L2 notes for one turn."""
 
     turn: int = Field(description="turn number as shown")
-    facts: list[str] = Field(description="atomic self-contained facts with every specific detail")
+    facts: list[str] = Field(description="atomic self-contained facts with every specific detail", json_schema_extra={"maxItems": 10})
 
 
 class EvidenceNotes(BaseModel):
     """L2 evidence notes, grouped by turn."""
 
-    turns: list[TurnNotes]
+    turns: list[TurnNotes] = Field(json_schema_extra={"maxItems": 4})
 
 
 # --- L0 ---------------------------------------------------------------------------------------------

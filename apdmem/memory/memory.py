@@ -48,7 +48,8 @@ class Memory:
         >>> memory.ingest(load_sessions("history.json"))                              # doctest: +SKIP
         >>> [d.metadata["session_id"] for d in memory.search("my dog's name", k=3)]   # doctest: +SKIP
 
-    `store` is any LangChain byte store (default: atomic files under the memory directory, which
+    `l0_mode` is "llm" (units summarized by the chat model), "raw" (the window text, no model call) or
+    "auto" (raw with the embedded chat model, llm otherwise). `store` is any LangChain byte store (default: atomic files under the memory directory, which
     `directory` or ``$APDMEM_MEMORY_DIR`` sets). Models are specification strings (see `apdmem.models`)
     or LangChain objects. Everything this object reads or writes is inside the user's namespace.
     """
@@ -62,7 +63,7 @@ class Memory:
         chat_model="local",
         embeddings="local",
         base_url: str | None = None,
-        l0_mode: str = "llm",
+        l0_mode: str = "auto",
         window: int = 4,
         stride: int = 2,
         lexical: str = "auto",
@@ -73,6 +74,11 @@ class Memory:
         self._chat_spec, self._base_url = chat_model, base_url
         self.embeddings = get_embeddings(embeddings, base_url) if isinstance(embeddings, str) else embeddings
         self._space = embeddings_id(embeddings, base_url) if isinstance(embeddings, str) else type(embeddings).__name__
+        if l0_mode == "auto":
+            # The embedded 135M model writes summaries worse than the text they summarize: index raw windows.
+            l0_mode = "raw" if chat_model == "local" else "llm"
+        if l0_mode not in ("llm", "raw"):
+            raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         self.l0_mode, self.window, self.stride, self.lexical = l0_mode, window, stride, lexical
         self.concurrency = concurrency
         self.usage = Usage()  # tokens spent by this object's model calls (construction and lazy layers)

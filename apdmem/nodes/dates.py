@@ -168,7 +168,7 @@ class ResolvedRange(BaseModel):
 class ResolvedDates(BaseModel):
     """Relative expressions resolved by the model."""
 
-    ranges: list[ResolvedRange] = Field(default_factory=list, max_length=4)
+    ranges: list[ResolvedRange] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
 
 
 def resolve_with_model(question: str, today: date, model, usage) -> list[DateHint]:

@@ -13,7 +13,7 @@ from apdmem.nodes.common import usage_update
 class SubQueries(BaseModel):
     """Search queries for the parts of a question."""
 
-    queries: list[str] = Field(description="one short query per fact needed", max_length=6)
+    queries: list[str] = Field(description="one short query per fact needed", json_schema_extra={"maxItems": 6})
 
 
 def decompose(state, runtime) -> dict:

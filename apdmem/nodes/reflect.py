@@ -29,9 +29,9 @@ class Reflection(BaseModel):
     sufficient: bool
     missing: str = ""
     draft_answer: str = ""
-    open_sessions: list[str] = Field(default_factory=list, max_length=5)
-    deepen: list[DeepenRequest] = Field(default_factory=list, max_length=4)
-    new_queries: list[str] = Field(default_factory=list, max_length=3)
+    open_sessions: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 5})
+    deepen: list[DeepenRequest] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
+    new_queries: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 3})
 
 
 def fallback(state, ctx) -> Reflection:
@@ -76,9 +76,9 @@ def reflect(state, runtime) -> dict:
         decision = ask_structured(get_chat_model(ctx.controller_model, ctx.base_url), Reflection, prompt, usage)
     decision = decision or fallback(state, ctx)
     candidates, searched = state.get("candidates", {}), set(state.get("searched", []))
-    targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions if s in candidates]
-    targets += [{"session_id": d.session_id, "layer": d.layer} for d in decision.deepen if d.session_id in state.get("opened", {})]
-    queries = [q.strip() for q in decision.new_queries if q.strip() and q.strip() not in searched]
+    targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions[:5] if s in candidates]
+    targets += [{"session_id": d.session_id, "layer": d.layer} for d in decision.deepen[:4] if d.session_id in state.get("opened", {})]
+    queries = [q.strip() for q in decision.new_queries[:3] if q.strip() and q.strip() not in searched]
     annotate(step=state.get("step", 0) + 1, sufficient=decision.sufficient, targets=targets, new_queries=queries)
     return {
         "sufficient": decision.sufficient,

@@ -1,0 +1,84 @@
+"""End to end on the embedded models (MiniLM, SmolLM2-135M on llama.cpp): the graph in process, an llm-mode
+ingestion, the CLI demo and the quickstart notebook. Slow: each run of the tiny model takes a minute or more."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import HISTORY, make_session
+from graph_helpers import clean_environment, demo_item, run_graph
+from jupyter_client.kernelspec import KernelSpecManager
+from nbclient import NotebookClient
+
+from apdmem.graph import Context
+from apdmem.memory import Memory
+from apdmem.memory.store import memory_store
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLD = "answer_82a04f59"
+TMAX = 6
+TIMEOUT = 900  # seconds for one whole run of the tiny model on a slow machine
+
+
+def offline_env() -> dict[str, str]:
+    """The environment of a child process: no tracing, no apdmem configuration from the shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APDMEM_") and k != "OPENAI_BASE_URL"}
+    return {**env, "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def demo_run():
+    """The shipped LongMemEval item in a raw-mode memory, answered once by the graph on the embedded models."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        clean_environment(monkeypatch)
+        item = demo_item()
+        memory = Memory("demo", store=memory_store(), l0_mode="raw")
+        memory.ingest(item.sessions)
+        final, events = run_graph(item.question, Context(memory=memory, tmax=TMAX), item.question_date.isoformat())
+    return item, memory, final, events
+
+
+def test_graph_on_embedded_models(demo_run):
+    item, memory, final, events = demo_run
+    assert isinstance(final["answer"], str) and final["answer"].strip()
+    assert GOLD in final["opened"] and final["step"] <= TMAX
+    assert all(e["step"] <= TMAX for e in events) and events[0]["event"] == "search"
+    for node in ("reflect", "answer"):
+        assert final["usage"][node]["input_tokens"] > 0 and final["usage"][node]["calls"] >= 1
+    # Whatever the tiny model said, L1 was materialized and cached by the first read.
+    assert memory.facts(GOLD) and memory.read(GOLD, "L1").startswith(f"# L1 key facts: session {GOLD}")
+
+
+def test_llm_mode_ingestion_of_one_small_session(embeddings):
+    texts = HISTORY["s-dog"][1][:4]  # four turns: one L0 window, one model call (retried at most twice)
+    memory = Memory("llm-user", store=memory_store(), l0_mode="llm")
+    report = memory.ingest([make_session("s-dog", "2024-03-10T18:30", texts)])
+    assert report.units == 1 and 1 <= report.usage.calls <= 3 and report.usage.input_tokens > 0
+    (unit,) = memory.units("s-dog")
+    assert unit.summary.strip() and (unit.start, unit.end) == (0, 4)
+    assert memory.search("my beagle puppy Biscuit", k=1)[0].metadata["session_id"] == "s-dog"
+
+
+def test_cli_demo():
+    run = subprocess.run([str(ROOT / ".venv" / "bin" / "apdmem"), "demo", "--l0-mode", "raw", "--tmax", str(TMAX)],
+                         cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Answer:" in run.stdout and f"Sessions opened: {GOLD}" in run.stdout
+
+
+def test_quickstart_notebook(tmp_path, monkeypatch):
+    for key, value in offline_env().items():
+        monkeypatch.setenv(key, value)
+    notebook = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    # "python3" is the spec ipykernel installs in this venv; its "python" is replaced by this very interpreter.
+    assert KernelSpecManager().get_kernel_spec("python3").argv[0] in ("python", "python3", sys.executable)
+    client = NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    printed = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs)
+    assert "Answer:" in printed and f"opened: {{'{GOLD}'" in printed and "# L1 key facts" in printed
+    assert "'event': 'drill'" in printed and "step:" in printed
