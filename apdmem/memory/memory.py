@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -201,10 +200,12 @@ class Memory:
         units, usage = layers.build_units(
             sessions, mode=self.l0_mode, model=model, window=self.window, stride=self.stride, concurrency=self.concurrency
         )
-        self.usage.input_tokens += usage.input_tokens
-        self.usage.output_tokens += usage.output_tokens
-        self.usage.calls += usage.calls
-        report.usage = usage if not report.usage.calls else _sum(report.usage, usage)
+        for total in (self.usage, report.usage):
+            total.merge(usage)
+        # Construction tokens are kept with the memory, so a cached memory still reports what it cost.
+        built = self.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+        for key, value in vars(usage).items():
+            built[key] += value
         for session in sessions:
             sid = session.session_id
             self._delete_files(sid)  # the old version (its cached L1/L2 too), or what a killed run left behind
@@ -318,7 +319,3 @@ def _lexical_tokens(unit: Unit) -> list[str]:
     from apdmem.memory.index import tokenize
 
     return tokenize(" ".join([unit.summary, *unit.keywords, *unit.tags]))
-
-
-def _sum(a: Usage, b: Usage) -> Usage:
-    return Usage(a.input_tokens + b.input_tokens, a.output_tokens + b.output_tokens, a.calls + b.calls)

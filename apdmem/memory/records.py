@@ -100,6 +100,11 @@ class Usage:
         self.output_tokens += int(meta.get("output_tokens", 0) or 0)
         self.calls += 1
 
+    def merge(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.calls += other.calls
+
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens

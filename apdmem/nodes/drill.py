@@ -65,7 +65,7 @@ def drill(state, runtime) -> dict:
         opened[sid] = layer
         drills.append(Drill(step=step, session_id=sid, layer=layer, turns=turns))
     # L1 and L2 are generated on first read: their tokens are this node's.
-    spent = Usage(spent.input_tokens + memory.usage.input_tokens, spent.output_tokens + memory.usage.output_tokens, spent.calls + memory.usage.calls)
+    spent.merge(memory.usage)
     annotate(step=step, drills=[(d["session_id"], d["layer"]) for d in drills])
     return {"evidence": evidence, "drills": drills, "opened": opened, "step": step, "targets": [],
             "new_evidence": len(evidence), **usage_update("drill", spent)}

@@ -1,0 +1,239 @@
+"""`apdmem eval longmemeval`: ask the controller graph every question of a LongMemEval file and judge it.
+
+Each question's haystack is ingested into its own namespace of a cache directory that survives runs; one
+JSONL record is appended per question, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from apdmem.eval.judge import gold_contained, judge
+from apdmem.eval.metrics import mean, percentile
+from apdmem.graph import Context, build_graph
+from apdmem.memory import Memory, load_longmemeval
+from apdmem.memory.records import Usage
+from apdmem.models import get_chat_model
+
+TYPES = ("single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
+         "knowledge-update", "temporal-reasoning")
+
+# The paper's ablations (Table 4): context overrides, plus the L0 mode where the ablation changes it.
+ABLATIONS: dict[str, dict] = {
+    "full": {},
+    "no-controller": {"controller": False},
+    "raw-rag": {"controller": False, "layers": "L3", "l0_mode": "raw"},
+    "no-l1": {"layers": "L2,L3"},
+    "no-l2": {"layers": "L1,L3"},
+    "no-l3": {"layers": "L1,L2"},
+    "no-reflection": {"reflection": False},
+    "no-decomposition": {"decomposition": False},
+    "no-dates": {"date_normalization": False},
+    "no-notes": {"organized_notes": False},
+    "no-draft": {"draft_answer": False},
+}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def run(dataset: str, *, limit: int | None = None, types: list[str] | None = None, chat_model: str = "local",
+        controller_model: str | None = None, generator_model: str | None = None, judge_model: str | None = None, embeddings: str = "local", base_url: str | None = None, l0_mode: str = "auto",
+        tmax: int = 20, top_k: int = 10, concurrency: int = 1, ablation: str = "full", output_dir: str = "reports/longmemeval",
+        memory_dir: str | None = None, progress: bool = True) -> dict:
+    """Run (or resume) the benchmark; returns the report and writes results.jsonl, report.json, report.md, plots.
+
+    `chat_model` builds L0 (llm mode) and, unless `controller_model` / `generator_model` say otherwise, drives
+    the controller and writes the answer; the judge defaults to it too.
+    """
+    if ablation not in ABLATIONS:
+        raise ValueError(f"unknown ablation {ablation!r}: choose from {', '.join(ABLATIONS)}")
+    overrides = dict(ABLATIONS[ablation])
+    l0_mode = overrides.pop("l0_mode", l0_mode)
+    items = [i for i in load_longmemeval(dataset) if not types or i.question_type in types][:limit]
+    out = Path(output_dir) / _slug(f"{ablation}-{chat_model}")
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(memory_dir or Path(output_dir) / "memory") / _slug(f"{l0_mode}-{chat_model if l0_mode != 'raw' else ''}-{embeddings}")
+    results = out / "results.jsonl"
+    done = {r["question_id"] for r in read_records(results)}
+    todo = [i for i in items if i.question_id not in done]
+    judge_llm = get_chat_model(judge_model or chat_model, base_url)
+    graph, lock = build_graph(), threading.Lock()
+
+    def one(item) -> None:
+        memory = Memory(item.question_id, directory=str(cache), chat_model=chat_model, embeddings=embeddings,
+                        base_url=base_url, l0_mode=l0_mode)
+        memory.ingest(item.sessions)
+        context = Context(memory=memory, user_id=item.question_id, controller_model=controller_model or chat_model,
+                          generator_model=generator_model or chat_model, embeddings=embeddings, base_url=base_url, tmax=tmax, top_k=top_k, **overrides)
+        started = time.perf_counter()
+        final = graph.invoke({"question": item.question, "question_date": item.question_date.isoformat()}, context=context)
+        latency = time.perf_counter() - started
+        judge_usage = Usage()
+        verdict = judge(judge_llm, question_type=item.question_type, question=item.question, answer=item.answer,
+                        reply=final["answer"], abstention=item.is_abstention, usage=judge_usage)
+        record = {
+            "question_id": item.question_id, "question_type": item.question_type, "abstention": item.is_abstention,
+            "question": item.question, "answer": item.answer, "hypothesis": final["answer"], "verdict": verdict,
+            "gold_contained": gold_contained(final["answer"], item.answer),
+            "answer_session_ids": item.answer_session_ids, "haystack_sessions": len({s.session_id for s in item.sessions}),
+            "opened": final.get("opened", {}), "drills": final.get("drills", []), "step": final.get("step", 0),
+            "stop_reason": final.get("stop_reason", ""), "evidence": final.get("evidence", []),
+            "notes": final.get("notes", ""), "draft": final.get("draft", ""),
+            "online_usage": final.get("usage", {}), "offline_usage": memory.manifest.get("construction_usage", {}),
+            "judge_usage": vars(judge_usage), "latency_s": latency,
+        }
+        with lock, results.open("a") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        list(tqdm(pool.map(one, todo), total=len(todo), desc=f"longmemeval {ablation}", disable=not progress))
+    wanted = {i.question_id for i in items}
+    report = summarize([r for r in read_records(results) if r["question_id"] in wanted])
+    report.update(dataset=dataset, ablation=ablation, chat_model=chat_model, judge_model=judge_model or chat_model, l0_mode=l0_mode)
+    write_report(report, out)
+    return report
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records of a results file; a torn last line (a run killed mid-write) is ignored."""
+    if not path.exists():
+        return []
+    records = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        records[record["question_id"]] = record
+    return list(records.values())
+
+
+def _tokens(usage: dict) -> int:
+    return int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+
+
+def summarize(records: list[dict]) -> dict:
+    """Every figure of the report from the per-question records."""
+    correct = lambda rs: mean([1.0 if r["verdict"] else 0.0 for r in rs])  # noqa: E731 - unjudged counts as wrong
+    by_type = defaultdict(list)
+    for r in records:
+        by_type[r["question_type"]].append(r)
+    answerable = [r for r in records if not r["abstention"]]
+    depth = Counter(layer for r in records for layer in r["opened"].values())
+    depth_by_type = {t: Counter(layer for r in rs for layer in r["opened"].values()) for t, rs in by_type.items()}
+    share = lambda c: {layer: (c[layer] / sum(c.values()) if c else 0.0) for layer in ("L1", "L2", "L3")}  # noqa: E731
+    latencies = [r["latency_s"] for r in records]
+    return {
+        "questions": len(records),
+        "accuracy": correct(records),
+        "accuracy_by_type": {t: {"n": len(rs), "accuracy": correct(rs)} for t, rs in sorted(by_type.items())},
+        "task_averaged_accuracy": mean([correct(rs) for t, rs in by_type.items() if t in TYPES]),
+        "abstention_accuracy": correct([r for r in records if r["abstention"]]) if any(r["abstention"] for r in records) else None,
+        "unjudged": sum(1 for r in records if r["verdict"] is None),
+        "gold_contained_rate (secondary)": mean([1.0 if r["gold_contained"] else 0.0 for r in answerable]),
+        "evidence_recall_opened": mean([len(set(r["answer_session_ids"]) & set(r["opened"])) / len(r["answer_session_ids"])
+                                        for r in answerable if r["answer_session_ids"]]),
+        "sessions_accessed_fraction": mean([len(r["opened"]) / r["haystack_sessions"] for r in records if r["haystack_sessions"]]),
+        "sessions_accessed_mean": mean([len(r["opened"]) for r in records]),
+        "drill_depth_share": share(depth),
+        "drill_depth_share_by_type": {t: share(c) for t, c in sorted(depth_by_type.items())},
+        "drills": sum(depth.values()),
+        "steps_max": max((r["step"] for r in records), default=0),
+        "steps_mean": mean([r["step"] for r in records]),
+        "offline_tokens_per_question": mean([_tokens(r["offline_usage"]) for r in records]),
+        "online_tokens_per_query": mean([sum(_tokens(u) for u in r["online_usage"].values()) for r in records]),
+        "online_tokens_by_node": {node: mean([_tokens(r["online_usage"].get(node, {})) for r in records])
+                                  for node in sorted({n for r in records for n in r["online_usage"]})},
+        "latency_s": {"mean": mean(latencies), "median": percentile(latencies, 50), "p95": percentile(latencies, 95)},
+    }
+
+
+def write_report(report: dict, out: Path) -> None:
+    """report.json, report.md and two plots (per-type accuracy, disclosure depth per type)."""
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    rows = [f"| {t} | {v['n']} | {v['accuracy']:.3f} | " + " | ".join(f"{report['drill_depth_share_by_type'].get(t, {}).get(layer, 0):.2f}" for layer in ("L1", "L2", "L3")) + " |"
+            for t, v in report["accuracy_by_type"].items()]
+    abstention = "n/a" if report["abstention_accuracy"] is None else f"{report['abstention_accuracy']:.3f}"
+    md = [
+        f"# LongMemEval: {report['ablation']} ({report['chat_model']}, judge {report['judge_model']}, L0 {report['l0_mode']})",
+        "",
+        f"- questions: {report['questions']} (unjudged: {report['unjudged']})",
+        f"- accuracy: {report['accuracy']:.3f}; task-averaged: {report['task_averaged_accuracy']:.3f}; abstention: {abstention}",
+        f"- gold answer contained (secondary, deterministic): {report['gold_contained_rate (secondary)']:.3f}",
+        f"- evidence sessions among opened sessions (recall): {report['evidence_recall_opened']:.3f}",
+        f"- haystack sessions accessed: {report['sessions_accessed_fraction']:.1%} (mean {report['sessions_accessed_mean']:.1f} sessions)",
+        f"- drills stopping at L1/L2/L3: " + " / ".join(f"{report['drill_depth_share'][layer]:.1%}" for layer in ("L1", "L2", "L3")) + f" of {report['drills']}",
+        f"- steps: mean {report['steps_mean']:.1f}, max {report['steps_max']}",
+        f"- tokens: offline {report['offline_tokens_per_question']:.0f} per question, online {report['online_tokens_per_query']:.0f} per query",
+        f"- latency per query: mean {report['latency_s']['mean']:.1f}s, median {report['latency_s']['median']:.1f}s, p95 {report['latency_s']['p95']:.1f}s",
+        "",
+        "| type | n | accuracy | L1 | L2 | L3 |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+    ]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    _plots(report, out)
+
+
+def _plots(report: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    types = list(report["accuracy_by_type"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.barh(types, [report["accuracy_by_type"][t]["accuracy"] for t in types], color="#5b6abf")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy")
+    ax.set_title(f"LongMemEval accuracy by type ({report['ablation']})")
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_by_type.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    left = [0.0] * len(types)
+    for layer, color in (("L1", "#9ecae1"), ("L2", "#4292c6"), ("L3", "#08519c")):
+        values = [report["drill_depth_share_by_type"].get(t, {}).get(layer, 0.0) for t in types]
+        ax.barh(types, values, left=left, color=color, label=layer)
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of opened sessions by deepest layer read")
+    ax.legend(loc="lower right")
+    ax.set_title("Disclosure depth by question type")
+    fig.tight_layout()
+    fig.savefig(out / "disclosure_depth.png", dpi=100)
+    plt.close(fig)
+
+
+def cmd_eval(args) -> None:
+    report = run(args.dataset, limit=args.limit, types=args.types, chat_model=args.model or args.chat_model,
+                 controller_model=args.controller_model, generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings, base_url=args.base_url,
+                 l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, concurrency=args.concurrency,
+                 ablation=args.ablation, output_dir=args.output_dir, memory_dir=args.memory_dir)
+    out = Path(args.output_dir) / _slug(f"{args.ablation}-{args.model or args.chat_model}")
+    print((out / "report.md").read_text())
+    print(f"report: {out}/report.json, report.md, accuracy_by_type.png, disclosure_depth.png; records: {out}/results.jsonl")
+
+
+def add_parser(evals, parents) -> None:
+    """`apdmem eval longmemeval` on the CLI's `eval` group."""
+    p = evals.add_parser("longmemeval", parents=parents, help="LongMemEval end to end with an LLM judge")
+    p.add_argument("dataset")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--types", nargs="+", choices=TYPES, default=None)
+    p.add_argument("--model", default=None, help="the model for construction, control and answers (default: --chat-model)")
+    p.add_argument("--judge-model", default=None, help="default: the answering model")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--ablation", choices=list(ABLATIONS), default="full")
+    p.add_argument("--output-dir", default="reports/longmemeval")
+    p.set_defaults(func=cmd_eval)
