@@ -1,6 +1,7 @@
 """`apdmem eval locomo`: the scoring rules against hand-computed values, a run with a stand-in controller
 (turn mapping, report, resumption, the command line), and one slow run on the embedded models."""
 
+import doctest
 import json
 from pathlib import Path
 
@@ -85,6 +86,10 @@ def test_categories_2_and_4_are_plain_f1():
     assert score_answer("2022", "2022", 2) == 1.0
     assert score_answer("In May 2022", "May 2022", 2) == pytest.approx(0.8)  # [in, may, 2022] vs [may, 2022]
     assert score_answer("the red car", "a red bicycle", 4) == pytest.approx(0.5)
+
+
+def test_docstring_examples():
+    assert doctest.testmod(locomo).failed == 0
 
 
 def test_evidence_recall():

@@ -12,10 +12,12 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from apdmem.errors import ConfigError
 from apdmem.eval.judge import gold_contained, judge
 from apdmem.eval.metrics import mean, percentile
 from apdmem.graph import Context, build_graph
@@ -46,62 +48,125 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
-def run(dataset: str, *, limit: int | None = None, types: list[str] | None = None, chat_model: str = "local",
-        controller_model: str | None = None, generator_model: str | None = None, judge_model: str | None = None, embeddings: str = "local", base_url: str | None = None, l0_mode: str = "auto",
-        tmax: int = 20, top_k: int = 10, concurrency: int = 1, ablation: str = "full", output_dir: str = "reports/longmemeval",
-        memory_dir: str | None = None, progress: bool = True) -> dict:
+@dataclass
+class Settings:
+    """How each question is answered and judged."""
+
+    chat_model: str = "local"
+    controller_model: str | None = None
+    generator_model: str | None = None
+    judge_model: str | None = None
+    embeddings: str = "local"
+    base_url: str | None = None
+    l0_mode: str = "auto"
+    tmax: int = 20
+    top_k: int = 10
+    ablation: str = "full"
+    cache: Path = Path("reports/longmemeval/memory")
+
+    def __post_init__(self) -> None:
+        if self.ablation not in ABLATIONS:
+            raise ValueError(f"unknown ablation {self.ablation!r}: choose from {', '.join(ABLATIONS)}")
+        self.overrides = dict(ABLATIONS[self.ablation])
+        self.l0_mode = self.overrides.pop("l0_mode", self.l0_mode)
+        model = self.chat_model if self.l0_mode != "raw" else ""
+        self.cache = Path(self.cache) / _slug(f"{self.l0_mode}-{model}-{self.embeddings}")
+        self.graph = build_graph()
+        self.judge = get_chat_model(self.judge_model or self.chat_model, self.base_url)
+
+
+def answer_item(item, settings: Settings) -> dict:
+    """Ingest the item's haystack (cached), ask the graph, judge the reply: the item's record."""
+    memory = Memory(item.question_id, directory=str(settings.cache), chat_model=settings.chat_model,
+                    embeddings=settings.embeddings, base_url=settings.base_url, l0_mode=settings.l0_mode)
+    memory.ingest(item.sessions)
+    context = Context(memory=memory, user_id=item.question_id, controller_model=settings.controller_model or settings.chat_model,
+                      generator_model=settings.generator_model or settings.chat_model, embeddings=settings.embeddings,
+                      base_url=settings.base_url, tmax=settings.tmax, top_k=settings.top_k, **settings.overrides)
+    started = time.perf_counter()
+    final = settings.graph.invoke({"question": item.question, "question_date": item.question_date.isoformat()}, context=context)
+    latency = time.perf_counter() - started
+    judge_usage = Usage()
+    verdict = judge(settings.judge, question_type=item.question_type, question=item.question, answer=item.answer,
+                    reply=final["answer"], abstention=item.is_abstention, usage=judge_usage)
+    return {
+        "question_id": item.question_id, "question_type": item.question_type, "abstention": item.is_abstention,
+        "question": item.question, "answer": item.answer, "hypothesis": final["answer"], "verdict": verdict,
+        "gold_contained": gold_contained(final["answer"], item.answer),
+        "answer_session_ids": item.answer_session_ids, "haystack_sessions": len({s.session_id for s in item.sessions}),
+        "opened": final.get("opened", {}), "drills": final.get("drills", []), "step": final.get("step", 0),
+        "stop_reason": final.get("stop_reason", ""), "evidence": final.get("evidence", []),
+        "notes": final.get("notes", ""), "draft": final.get("draft", ""),
+        "online_usage": final.get("usage", {}), "offline_usage": memory.manifest.get("construction_usage", {}),
+        "judge_usage": vars(judge_usage), "latency_s": latency,
+    }
+
+
+def run(dataset: str, *, limit: int | None = None, types: list[str] | None = None, concurrency: int = 1,
+        output_dir: str = "reports/longmemeval", memory_dir: str | None = None, progress: bool = True, **options) -> dict:
     """Run (or resume) the benchmark; returns the report and writes results.jsonl, report.json, report.md, plots.
 
-    `chat_model` builds L0 (llm mode) and, unless `controller_model` / `generator_model` say otherwise, drives
-    the controller and writes the answer; the judge defaults to it too.
+    `options` are `Settings` fields. `chat_model` builds L0 (llm mode) and, unless `controller_model` /
+    `generator_model` say otherwise, drives the controller and writes the answer; the judge defaults to it too.
     """
-    if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}: choose from {', '.join(ABLATIONS)}")
-    overrides = dict(ABLATIONS[ablation])
-    l0_mode = overrides.pop("l0_mode", l0_mode)
+    settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
     items = [i for i in load_longmemeval(dataset) if not types or i.question_type in types][:limit]
-    out = Path(output_dir) / _slug(f"{ablation}-{chat_model}")
-    out.mkdir(parents=True, exist_ok=True)
-    cache = Path(memory_dir or Path(output_dir) / "memory") / _slug(f"{l0_mode}-{chat_model if l0_mode != 'raw' else ''}-{embeddings}")
+    out = run_directory(output_dir, settings)
     results = out / "results.jsonl"
     done = {r["question_id"] for r in read_records(results)}
-    todo = [i for i in items if i.question_id not in done]
-    judge_llm = get_chat_model(judge_model or chat_model, base_url)
-    graph, lock = build_graph(), threading.Lock()
+    lock = threading.Lock()
 
     def one(item) -> None:
-        memory = Memory(item.question_id, directory=str(cache), chat_model=chat_model, embeddings=embeddings,
-                        base_url=base_url, l0_mode=l0_mode)
-        memory.ingest(item.sessions)
-        context = Context(memory=memory, user_id=item.question_id, controller_model=controller_model or chat_model,
-                          generator_model=generator_model or chat_model, embeddings=embeddings, base_url=base_url, tmax=tmax, top_k=top_k, **overrides)
-        started = time.perf_counter()
-        final = graph.invoke({"question": item.question, "question_date": item.question_date.isoformat()}, context=context)
-        latency = time.perf_counter() - started
-        judge_usage = Usage()
-        verdict = judge(judge_llm, question_type=item.question_type, question=item.question, answer=item.answer,
-                        reply=final["answer"], abstention=item.is_abstention, usage=judge_usage)
-        record = {
-            "question_id": item.question_id, "question_type": item.question_type, "abstention": item.is_abstention,
-            "question": item.question, "answer": item.answer, "hypothesis": final["answer"], "verdict": verdict,
-            "gold_contained": gold_contained(final["answer"], item.answer),
-            "answer_session_ids": item.answer_session_ids, "haystack_sessions": len({s.session_id for s in item.sessions}),
-            "opened": final.get("opened", {}), "drills": final.get("drills", []), "step": final.get("step", 0),
-            "stop_reason": final.get("stop_reason", ""), "evidence": final.get("evidence", []),
-            "notes": final.get("notes", ""), "draft": final.get("draft", ""),
-            "online_usage": final.get("usage", {}), "offline_usage": memory.manifest.get("construction_usage", {}),
-            "judge_usage": vars(judge_usage), "latency_s": latency,
-        }
+        record = answer_item(item, settings)
         with lock, results.open("a") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
+    todo = [i for i in items if i.question_id not in done]
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        list(tqdm(pool.map(one, todo), total=len(todo), desc=f"longmemeval {ablation}", disable=not progress))
+        list(tqdm(pool.map(one, todo), total=len(todo), desc=f"longmemeval {settings.ablation}", disable=not progress))
     wanted = {i.question_id for i in items}
     report = summarize([r for r in read_records(results) if r["question_id"] in wanted])
-    report.update(dataset=dataset, ablation=ablation, chat_model=chat_model, judge_model=judge_model or chat_model, l0_mode=l0_mode)
+    report.update(dataset=dataset, ablation=settings.ablation, chat_model=settings.chat_model,
+                  judge_model=settings.judge_model or settings.chat_model, l0_mode=settings.l0_mode)
     write_report(report, out)
     return report
+
+
+def run_directory(output_dir: str, settings: Settings) -> Path:
+    out = Path(output_dir) / _slug(f"{settings.ablation}-{settings.chat_model}")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | None = None, memory_dir: str | None = None,
+                  output_dir: str = "reports/longmemeval", **options):
+    """Upload the questions as a LangSmith dataset and run them through `langsmith.evaluate`, with the judge's
+    verdict as the `correct` feedback. Needs LANGSMITH_API_KEY (and network)."""
+    import os
+
+    from langsmith import Client, evaluate
+
+    if not os.environ.get("LANGSMITH_API_KEY"):
+        raise ConfigError("--langsmith needs LANGSMITH_API_KEY")
+    settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
+    items = {i.question_id: i for i in [i for i in load_longmemeval(dataset) if not types or i.question_type in types][:limit]}
+    client, name = Client(), f"apdmem-longmemeval-{Path(dataset).name.split('.')[0]}-{len(items)}"
+    if not client.has_dataset(dataset_name=name):
+        created = client.create_dataset(name, description=f"LongMemEval questions from {Path(dataset).name}")
+        client.create_examples(
+            dataset_id=created.id,
+            inputs=[{"question_id": q, "question": i.question, "question_date": i.question_date.isoformat()} for q, i in items.items()],
+            outputs=[{"answer": i.answer, "question_type": i.question_type} for i in items.values()],
+        )
+
+    def target(inputs: dict) -> dict:
+        record = answer_item(items[inputs["question_id"]], settings)
+        return {"answer": record["hypothesis"], "verdict": record["verdict"], "opened": record["opened"]}
+
+    def correct(run, example) -> dict:
+        return {"key": "correct", "score": int(bool(run.outputs.get("verdict")))}
+
+    return evaluate(target, data=name, evaluators=[correct], experiment_prefix=f"apdmem-{settings.ablation}", client=client)
 
 
 def read_records(path: Path) -> list[dict]:
@@ -216,11 +281,15 @@ def _plots(report: dict, out: Path) -> None:
 
 
 def cmd_eval(args) -> None:
-    report = run(args.dataset, limit=args.limit, types=args.types, chat_model=args.model or args.chat_model,
-                 controller_model=args.controller_model, generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings, base_url=args.base_url,
-                 l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, concurrency=args.concurrency,
-                 ablation=args.ablation, output_dir=args.output_dir, memory_dir=args.memory_dir)
-    out = Path(args.output_dir) / _slug(f"{args.ablation}-{args.model or args.chat_model}")
+    options = dict(chat_model=args.model or args.chat_model, controller_model=args.controller_model,
+                   generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings,
+                   base_url=args.base_url, l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, ablation=args.ablation)
+    if args.langsmith:
+        run_langsmith(args.dataset, limit=args.limit, types=args.types, memory_dir=args.memory_dir, output_dir=args.output_dir, **options)
+        return
+    run(args.dataset, limit=args.limit, types=args.types, concurrency=args.concurrency, output_dir=args.output_dir,
+        memory_dir=args.memory_dir, **options)
+    out = Path(args.output_dir) / _slug(f"{args.ablation}-{options['chat_model']}")
     print((out / "report.md").read_text())
     print(f"report: {out}/report.json, report.md, accuracy_by_type.png, disclosure_depth.png; records: {out}/results.jsonl")
 
@@ -236,4 +305,5 @@ def add_parser(evals, parents) -> None:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--ablation", choices=list(ABLATIONS), default="full")
     p.add_argument("--output-dir", default="reports/longmemeval")
+    p.add_argument("--langsmith", action="store_true", help="upload the questions and run them through langsmith.evaluate")
     p.set_defaults(func=cmd_eval)
