@@ -102,7 +102,19 @@ def answer_item(item, settings: Settings) -> dict:
     }
 
 
-def run(dataset: str, *, limit: int | None = None, types: list[str] | None = None, concurrency: int = 1,
+def select(items: list, *, limit: int | None = None, types: list[str] | None = None, per_type: int | None = None) -> list:
+    """Items of the given types, at most `per_type` of each (file order), at most `limit` in all."""
+    taken: Counter = Counter()
+    chosen = []
+    for item in items:
+        if (types and item.question_type not in types) or (per_type is not None and taken[item.question_type] >= per_type):
+            continue
+        taken[item.question_type] += 1
+        chosen.append(item)
+    return chosen[:limit]
+
+
+def run(dataset: str, *, limit: int | None = None, types: list[str] | None = None, per_type: int | None = None, concurrency: int = 1,
         output_dir: str = "reports/longmemeval", memory_dir: str | None = None, progress: bool = True, **options) -> dict:
     """Run (or resume) the benchmark; returns the report and writes results.jsonl, report.json, report.md, plots.
 
@@ -110,9 +122,10 @@ def run(dataset: str, *, limit: int | None = None, types: list[str] | None = Non
     `generator_model` say otherwise, drives the controller and writes the answer; the judge defaults to it too.
     """
     settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
-    items = [i for i in load_longmemeval(dataset) if not types or i.question_type in types][:limit]
+    items = select(load_longmemeval(dataset), limit=limit, types=types, per_type=per_type)
     out = run_directory(output_dir, settings)
     results = out / "results.jsonl"
+    drop_torn_line(results)
     done = {r["question_id"] for r in read_records(results)}
     lock = threading.Lock()
 
@@ -138,7 +151,8 @@ def run_directory(output_dir: str, settings: Settings) -> Path:
     return out
 
 
-def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | None = None, memory_dir: str | None = None,
+def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | None = None, per_type: int | None = None,
+                  memory_dir: str | None = None,
                   output_dir: str = "reports/longmemeval", **options):
     """Upload the questions as a LangSmith dataset and run them through `langsmith.evaluate`, with the judge's
     verdict as the `correct` feedback. Needs LANGSMITH_API_KEY (and network)."""
@@ -149,7 +163,7 @@ def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | 
     if not os.environ.get("LANGSMITH_API_KEY"):
         raise ConfigError("--langsmith needs LANGSMITH_API_KEY")
     settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
-    items = {i.question_id: i for i in [i for i in load_longmemeval(dataset) if not types or i.question_type in types][:limit]}
+    items = {i.question_id: i for i in select(load_longmemeval(dataset), limit=limit, types=types, per_type=per_type)}
     client, name = Client(), f"apdmem-longmemeval-{Path(dataset).name.split('.')[0]}-{len(items)}"
     if not client.has_dataset(dataset_name=name):
         created = client.create_dataset(name, description=f"LongMemEval questions from {Path(dataset).name}")
@@ -167,6 +181,14 @@ def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | 
         return {"key": "correct", "score": int(bool(run.outputs.get("verdict")))}
 
     return evaluate(target, data=name, evaluators=[correct], experiment_prefix=f"apdmem-{settings.ablation}", client=client)
+
+
+def drop_torn_line(path: Path) -> None:
+    """Cut a last line left unfinished by a killed run, so the next record starts on a line of its own."""
+    if path.exists():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
 def read_records(path: Path) -> list[dict]:
@@ -285,9 +307,9 @@ def cmd_eval(args) -> None:
                    generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings,
                    base_url=args.base_url, l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, ablation=args.ablation)
     if args.langsmith:
-        run_langsmith(args.dataset, limit=args.limit, types=args.types, memory_dir=args.memory_dir, output_dir=args.output_dir, **options)
+        run_langsmith(args.dataset, limit=args.limit, types=args.types, per_type=args.per_type, memory_dir=args.memory_dir, output_dir=args.output_dir, **options)
         return
-    run(args.dataset, limit=args.limit, types=args.types, concurrency=args.concurrency, output_dir=args.output_dir,
+    run(args.dataset, limit=args.limit, types=args.types, per_type=args.per_type, concurrency=args.concurrency, output_dir=args.output_dir,
         memory_dir=args.memory_dir, **options)
     out = Path(args.output_dir) / _slug(f"{args.ablation}-{options['chat_model']}")
     print((out / "report.md").read_text())
@@ -300,6 +322,7 @@ def add_parser(evals, parents) -> None:
     p.add_argument("dataset")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--types", nargs="+", choices=TYPES, default=None)
+    p.add_argument("--per-type", type=int, default=None, help="at most N questions of each type (a stratified sample)")
     p.add_argument("--model", default=None, help="the model for construction, control and answers (default: --chat-model)")
     p.add_argument("--judge-model", default=None, help="default: the answering model")
     p.add_argument("--concurrency", type=int, default=1)

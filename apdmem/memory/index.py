@@ -160,6 +160,11 @@ class DenseIndex:
         return dense
 
 
+def unit_tokens(unit) -> list[str]:
+    """What BM25 indexes of a unit: its text, keywords and tags."""
+    return tokenize(" ".join([unit.summary, *unit.keywords, *unit.tags]))
+
+
 class UnitIndex:
     """The table of L0 units with both indexes over it. Forgotten units stay as dead rows until `compact`."""
 
@@ -178,9 +183,17 @@ class UnitIndex:
         first = len(self.units)
         self.units.extend(units)
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
-        self.lexical.add([tokenize(" ".join([u.summary, *u.keywords, *u.tags])) for u in units])
+        self.lexical.add([unit_tokens(u) for u in units])
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
         self.dense.add(vectors, rows)
+
+    @classmethod
+    def restore(cls, units: list, dense: DenseIndex, lexical: str = "auto") -> UnitIndex:
+        """An index over stored units and their saved FAISS index (nothing is re-embedded)."""
+        index = cls(dense.index.d, lexical, len(units))
+        index.units, index.alive, index.dense = list(units), np.ones(len(units), dtype=bool), dense
+        index.lexical.add([unit_tokens(u) for u in units])
+        return index
 
     def remove(self, session_id: str) -> None:
         for row, unit in enumerate(self.units):

@@ -124,11 +124,7 @@ class Memory:
     def _index_from(self, rows: dict, dense: bytes) -> UnitIndex:
         units = {sid: self._read_units(sid) for sid in self.manifest["sessions"]}
         table = [units[sid][i] for sid, i in rows["units"]]
-        index = UnitIndex(self._dimension(), self.lexical, len(table))
-        index.units, index.alive = table, np.ones(len(table), dtype=bool)
-        index.lexical.add([_lexical_tokens(u) for u in table])
-        index.dense = DenseIndex.from_bytes(dense, rows["vectors"])
-        return index
+        return UnitIndex.restore(table, DenseIndex.from_bytes(dense, rows["vectors"]), self.lexical)
 
     def _rebuild_index(self) -> UnitIndex:
         units = [u for sid in self.manifest["sessions"] for u in self._read_units(sid)]
@@ -314,8 +310,3 @@ class Memory:
         """Bytes this user's memory occupies in the store."""
         return sum(len(self.store.get(k) or b"") for k in self.store.keys())
 
-
-def _lexical_tokens(unit: Unit) -> list[str]:
-    from apdmem.memory.index import tokenize
-
-    return tokenize(" ".join([unit.summary, *unit.keywords, *unit.tags]))
