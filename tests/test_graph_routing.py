@@ -142,7 +142,8 @@ GOOD = {
     "notes": "## Relevant facts\n- scripted notes",
     "answer": "scripted answer",
 }
-# Every attempt of a failing decision is unusable: not JSON, JSON off the schema, or an error of the server.
+# Every attempt of a failing decision is unusable: not JSON, JSON off the schema, or an error of the server
+# (however many attempts `ask_structured` makes).
 FAILING = {
     "dates": {"ResolvedDates": [BAD, {"ranges": [{"expression": "my birthday trip"}]}, BAD]},
     "decompose": {"SubQueries": [TimeoutError("server too slow"), {"queries": "dog food"}, BAD]},
@@ -166,14 +167,13 @@ def test_unusable_model_output_falls_back(scripted, failing):
     reflect_prompts = model.prompts_of("Reflection")
     first_search = next(e for e in events if e["event"] == "search")
     if failing in ("dates", "all"):
-        assert model.kinds().count("ResolvedDates") == 3  # retried, then no hint
-        assert all("Dates:" not in p for p in reflect_prompts)
+        assert "ResolvedDates" in model.kinds() and all("Dates:" not in p for p in reflect_prompts)  # no hint
     else:
         assert 'Dates: "my birthday trip" = 2024-03-09 (Saturday)' in reflect_prompts[0]
     assert first_search["queries"] == ([question] if failing in ("decompose", "all") else [question, "dog food"])
     if failing in ("reflect", "all"):
         # The deterministic fallback opens the next unread sessions until the budget is spent.
-        assert final["usage"]["reflect"]["calls"] == 3 and final["draft"] == ""
+        assert final["usage"]["reflect"]["calls"] >= 1 and final["draft"] == ""
         assert len(final["opened"]) == 6 and final["stop_reason"] == "step budget reached"
     else:
         assert final["draft"] == "Biscuit eats kibble" and final["stop_reason"] == "evidence sufficient"

@@ -76,3 +76,8 @@ def test_turn_ranges_are_one_based(text, expected):
 def test_bad_turn_range_is_an_error():
     with pytest.raises(ValueError):
         _turns("first")
+
+
+def test_search_memory_on_an_empty_memory(make_memory):
+    (search,) = [t for t in make_memory_tools(make_memory("nobody")) if t.name == "search_memory"]
+    assert search.invoke({"query": "anything"}) == "no sessions found"
