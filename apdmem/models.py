@@ -214,7 +214,8 @@ class LocalChatModel(BaseChatModel):
 
         def parse(message: AIMessage):
             try:
-                parsed, error = schema.model_validate_json(message.text), None
+                # strict=False: the grammar lets raw newlines into strings, which strict JSON rejects.
+                parsed, error = schema.model_validate(json.loads(message.text, strict=False)), None
             except ValueError as exc:  # truncated or off-schema JSON: the caller falls back
                 parsed, error = None, exc
             return {"raw": message, "parsed": parsed, "parsing_error": error} if include_raw else parsed
