@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,7 @@ from apdmem.eval.judge import gold_contained, judge_prompt, parse_verdict
 from apdmem.eval.metrics import ndcg_any, percentile, recall_all, recall_any
 from apdmem.eval.retrieval import score
 
-DEV = "../shared/data/longmemeval/longmemeval_oracle_dev.json.gz"
+DEV = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "longmemeval_oracle_dev.json.gz")
 
 
 def test_recall_and_ndcg_by_hand():

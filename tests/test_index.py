@@ -12,7 +12,7 @@ from apdmem.memory.index import SPARSE_THRESHOLD, DenseIndex, RankBM25, SparseBM
 from apdmem.memory.records import Unit
 from apdmem.memory.retriever import KEYWORD_BOOST, RRF_K, fuse, rank_sessions
 
-S_DEV = Path("/work/shared/data/longmemeval/longmemeval_s_dev.json.gz")
+S_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json.gz"
 
 
 def random_vectors(n: int, dimension: int = 384, seed: int = 0) -> np.ndarray:

@@ -18,7 +18,7 @@ from apdmem.memory.loaders import (
     session_from_messages,
 )
 
-ORACLE_DEV = Path("/work/shared/data/longmemeval/longmemeval_oracle_dev.json.gz")
+ORACLE_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "longmemeval_oracle_dev.json.gz"
 
 
 def write(path: Path, data) -> Path:
