@@ -95,16 +95,22 @@ def llm_unit(session: Session, start: int, end: int, model, usage: Usage) -> Uni
     out = ask_structured(model, WindowSummary, prompt, usage)
     if out is None or not out.summary.strip():
         return raw_unit(session, start, end)
-    keywords, tags = [k.strip() for k in out.keywords[:8] if k.strip()], [t.strip() for t in out.tags[:4] if t.strip()]
+    keywords, tags = [one_line(k) for k in out.keywords[:8] if k.strip()], [one_line(t) for t in out.tags[:4] if t.strip()]
+    summary = one_line(out.summary)
     return Unit(
         session_id=session.session_id,
         start=start,
         end=end,
-        summary=out.summary.strip(),
+        summary=summary,
         keywords=keywords,
         tags=tags,
-        embed_texts=[" ".join([out.summary.strip(), *keywords])],
+        embed_texts=[" ".join([summary, *keywords])],
     )
+
+
+def one_line(text: str) -> str:
+    """Model-written text as a single line: each fact is one Markdown bullet."""
+    return " ".join(text.split())
 
 
 def build_units(
@@ -147,7 +153,7 @@ def build_units(
 def extract_facts(session: Session, model, usage: Usage) -> list[str]:
     """L1: key facts about the user. Falls back to the user's own sentences if the model fails."""
     out = ask_structured(model, KeyFacts, _session_prompt(prompts.L1_FACTS, session, range(len(session.turns))), usage)
-    facts = [f.strip() for f in (out.facts if out else []) if f.strip()][:25]
+    facts = [one_line(f) for f in (out.facts if out else []) if f.strip()][:25]
     return facts or [f"The user said: {t.content[:300]}" for t in session.turns if t.role == "user"][:25]
 
 
@@ -160,7 +166,7 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
         out = ask_structured(model, EvidenceNotes, _session_prompt(prompts.L2_NOTES, session, chunk), usage)
         for item in out.turns if out else []:
             index = item.turn - 1
-            if index in chunk and (facts := [f.strip() for f in item.facts if f.strip()]):
+            if index in chunk and (facts := [one_line(f) for f in item.facts if f.strip()]):
                 notes[index] = facts
         for index in chunk:
             notes.setdefault(index, [session.turns[index].content[:TURN_CHARS]])
