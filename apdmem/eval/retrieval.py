@@ -1,13 +1,12 @@
 """`apdmem bench retrieval`: session-level retrieval quality and speed of the substrate on LongMemEval.
 
-Each question's haystack is ingested into its own namespace of a fresh on-disk store; the question is
-then asked once (query embedding included in the timing) and the ranked sessions are scored.
+Each question's haystack is ingested into its own namespace of a fresh on-disk store; once all are
+ingested, each question is asked once (query embedding included in the timing) and the ranked sessions are scored.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -34,22 +33,23 @@ def run(dataset: str, *, l0_mode: str = "raw", chat_model: str = "local", embedd
     items = load_longmemeval(dataset)[:limit]
     per_question, turns, ingest_seconds, latencies, disk = [], 0, 0.0, [], 0
     with tempfile.TemporaryDirectory(prefix="apdmem-bench-") as directory:
-        store = open_store(directory)
-        for item in tqdm(items, desc="questions", disable=not progress):
+        store, memories = open_store(directory), []
+        for item in tqdm(items, desc="ingest", disable=not progress):
             memory = Memory(item.question_id, store=store, l0_mode=l0_mode, chat_model=chat_model, embeddings=embeddings)
             report = memory.ingest(item.sessions)
             turns += report.turns
             ingest_seconds += report.seconds
-            disk += _directory_bytes(Path(directory) / "users")
-            if item.is_abstention:
-                continue
+            disk += _directory_bytes(Path(directory) / memory.store.root)
+            if not item.is_abstention:
+                memories.append((item, memory))
+        # Searches run after all ingestion, so that the disk writeback of the last ingest is not timed as search.
+        for item, memory in tqdm(memories, desc="search", disable=not progress):
             started = time.perf_counter()
             docs = memory.search(item.question, k=10)
             latencies.append((time.perf_counter() - started) * 1000)
             ranked = [d.metadata["session_id"] for d in docs]
             per_question.append({"question_id": item.question_id, "type": item.question_type, "ranked": ranked,
                                  "gold": item.answer_session_ids, **score(ranked, set(item.answer_session_ids))})
-            _clear(directory)
     by_type = defaultdict(list)
     for q in per_question:
         by_type[q["type"]].append(q)
@@ -73,11 +73,6 @@ def run(dataset: str, *, l0_mode: str = "raw", chat_model: str = "local", embedd
 
 def _directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _clear(directory: str) -> None:
-    # Each question's memory is measured, then removed, so the next question starts from an empty store.
-    shutil.rmtree(Path(directory) / "users", ignore_errors=True)
 
 
 def format_report(result: dict) -> str:

@@ -80,7 +80,8 @@ class UserStore:
     def __init__(self, store: BaseStore[str, bytes], user_id: str):
         self.user_id = check_id(user_id, "user")
         self._store = store
-        self._prefix = f"users/{session_key(user_id)}/"
+        self.root = f"users/{session_key(user_id)}"  # the user's folder in a file store
+        self._prefix = self.root + "/"
 
     def get(self, key: str) -> bytes | None:
         return self._store.mget([self._prefix + key])[0]
