@@ -102,10 +102,6 @@ class LocalMiniLM(Embeddings):
         pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
-    def count_tokens(self, text: str) -> int:
-        """Tokens the model would see (before truncation is applied)."""
-        return len(self._tokenizer.encode(text).ids)
-
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed(texts).tolist()
 

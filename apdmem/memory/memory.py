@@ -305,8 +305,3 @@ class Memory:
         if layer == "L3":
             return layers.render_l3(session, turns)
         raise ValueError(f"unknown layer {layer!r}: use one of {', '.join(layers.LAYERS)}")
-
-    def disk_bytes(self) -> int:
-        """Bytes this user's memory occupies in the store."""
-        return sum(len(self.store.get(k) or b"") for k in self.store.keys())
-
