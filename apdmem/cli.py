@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
-from apdmem.errors import ApdmemError
+from apdmem.errors import ApdmemError, ConfigError
 
 
 def _memory(args, **overrides):
     from apdmem.memory import Memory
 
     options = dict(
-        directory=args.memory_dir,
+        store=args.store,
         chat_model=args.chat_model,
         embeddings=args.embeddings,
         base_url=args.base_url,
@@ -59,11 +60,11 @@ def cmd_sessions(args) -> None:
 
 
 def _context(args, memory):
-    from apdmem.graph import Context
+    from apdmem.graph import Context, Settings
 
-    return Context(user_id=memory.user_id, memory=memory, controller_model=args.controller_model or args.chat_model,
-                   generator_model=args.generator_model or args.chat_model, embeddings=args.embeddings,
-                   base_url=args.base_url, tmax=args.tmax, top_k=args.top_k)
+    settings = Settings(store=args.store, chat_model=args.chat_model, controller_model=args.controller_model,
+                        generator_model=args.generator_model, embeddings=args.embeddings, base_url=args.base_url)
+    return Context(user_id=memory.user_id, memory=memory, settings=settings, tmax=args.tmax, top_k=args.top_k)
 
 
 def ask(question: str, question_date: str | None, context) -> dict:
@@ -85,6 +86,15 @@ def ask(question: str, question_date: str | None, context) -> dict:
 
 
 def cmd_ask(args) -> None:
+    from apdmem.memory.loaders import parse_date
+
+    if not args.question.strip():
+        raise ConfigError("the question is empty")
+    if args.date is not None:
+        try:
+            parse_date(args.date)
+        except ValueError as exc:
+            raise ConfigError(f"--date: {exc}") from None
     memory = _memory(args)
     final = ask(args.question, args.date, _context(args, memory))
     print(f"\n{final.get('answer', '')}")
@@ -101,7 +111,7 @@ def cmd_demo(args) -> None:
     started = time.perf_counter()
     item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_demo.json"))[0]
     with tempfile.TemporaryDirectory(prefix="apdmem-demo-") as directory:
-        args.memory_dir = args.memory_dir or directory
+        args.store = args.store or directory
         args.user = "demo"
         memory = _memory(args)
         print(f"Ingesting {len(item.sessions)} session(s), {sum(len(s.turns) for s in item.sessions)} turns "
@@ -129,16 +139,35 @@ def cmd_bench_retrieval(args) -> None:
     print(f"report: {args.output}")
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit code 2), like every other error of the command line."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="apdmem", description=__doc__)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--memory-dir", default=None, help="memory directory (default $APDMEM_MEMORY_DIR or ~/.apdmem)")
+    parser = Parser(prog="apdmem", description=__doc__)
+    common = Parser(add_help=False)
+    common.add_argument("--store", "--memory-dir", dest="store", default=os.environ.get("APDMEM_STORE"),
+                        help="where memories live: a directory (default $APDMEM_STORE, $APDMEM_MEMORY_DIR or ~/.apdmem)")
     common.add_argument("--chat-model", default=os.environ.get("APDMEM_CHAT_MODEL", "local"), help="'local' or 'openai:<model>'")
     common.add_argument("--embeddings", default=os.environ.get("APDMEM_EMBEDDINGS", "local"), help="'local' or 'openai:<model>'")
     common.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible server URL")
-    user = argparse.ArgumentParser(add_help=False)
+    user = Parser(add_help=False)
     user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"), help="user id (namespace)")
-    l0 = argparse.ArgumentParser(add_help=False)
+    l0 = Parser(add_help=False)
     l0.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default=None,
                     help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -149,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("search", parents=[common, user], help="top sessions for a query")
     p.add_argument("query")
-    p.add_argument("-k", type=int, default=5)
+    p.add_argument("-k", type=positive, default=5, help="how many sessions (default 5)")
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown")
     p.add_argument("session")
@@ -161,11 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sessions", parents=[common, user], help="list a user's sessions")
     p.set_defaults(func=cmd_sessions)
 
-    graph = argparse.ArgumentParser(add_help=False)
+    graph = Parser(add_help=False)
     graph.add_argument("--controller-model", default=os.environ.get("APDMEM_CONTROLLER_MODEL"), help="default: --chat-model")
     graph.add_argument("--generator-model", default=os.environ.get("APDMEM_GENERATOR_MODEL"), help="default: --chat-model")
-    graph.add_argument("--tmax", type=int, default=int(os.environ.get("APDMEM_TMAX", 20)), help="step budget")
-    graph.add_argument("--top-k", type=int, default=int(os.environ.get("APDMEM_TOP_K", 10)), help="sessions per search")
+    graph.add_argument("--tmax", type=positive, default=os.environ.get("APDMEM_TMAX", "20"), help="step budget")
+    graph.add_argument("--top-k", type=positive, default=os.environ.get("APDMEM_TOP_K", "10"), help="sessions per search")
     p = sub.add_parser("ask", parents=[common, user, graph], help="answer a question from a user's memory")
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
@@ -189,16 +218,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="%(message)s", level=logging.WARNING)  # repairs are reported on stderr
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+        sys.stdout.flush()
     except ApdmemError as exc:
-        print(f"apdmem: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"apdmem: error: {exc}", 2)
+    except BrokenPipeError:  # `apdmem show ... | head`: the reader left; nothing was changed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+        return _fail("apdmem: error: output closed before it was all written (broken pipe)", 2)
     except KeyboardInterrupt:
-        print("apdmem: interrupted; stored work is kept, run the command again to continue", file=sys.stderr)
-        return 130
+        return _fail("apdmem: interrupted; stored work is kept, run the command again to continue", 130)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        return _fail(f"apdmem: error: {exc.strerror or exc}{where}", 1)
     return 0
+
+
+def _fail(message: str, code: int) -> int:
+    print(message.replace("\n", " "), file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -119,9 +119,10 @@ def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def get_embeddings(spec: str = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
-    """Embeddings for a specification: "local" or "openai:<model>" (e.g. "openai:text-embedding-3-small")."""
-    return _embeddings(spec, base_url)
+def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
+    """Embeddings for a specification: "local" or "openai:<model>" (e.g. "openai:text-embedding-3-small");
+    an `Embeddings` object is returned as it is."""
+    return _embeddings(spec, base_url) if isinstance(spec, str) else spec
 
 
 @functools.cache
@@ -232,13 +233,13 @@ def _fit_context(llama, chat: list[dict], budget: int) -> list[dict]:
         chat[i] = {**chat[i], "content": chat[i]["content"][:keep] + " [...]"}
 
 
-def get_chat_model(spec: str = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
+def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
     """A chat model for a specification: "local" or "openai:<model>" (e.g. "openai:gpt-4.1-mini").
 
     `base_url` points "openai:<model>" at any OpenAI-compatible server (llama.cpp, vLLM, Ollama ...).
-    Models are loaded once per process.
+    Models are loaded once per process. A chat model object is returned as it is.
     """
-    return _chat_model(spec, base_url)
+    return _chat_model(spec, base_url) if isinstance(spec, str) else spec
 
 
 @functools.cache

@@ -6,17 +6,11 @@ import itertools
 import pytest
 from graph_helpers import BAD, ScriptedChatModel, clean_environment, run_graph
 
-import apdmem.nodes.answer
-import apdmem.nodes.dates
-import apdmem.nodes.decompose
-import apdmem.nodes.notes
-import apdmem.nodes.reflect
-from apdmem.graph import Context, build_graph
+from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
 from apdmem.nodes.answer import NOT_FOUND
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
-NODES_WITH_MODELS = (apdmem.nodes.dates, apdmem.nodes.decompose, apdmem.nodes.reflect, apdmem.nodes.notes, apdmem.nodes.answer)
 
 
 @pytest.fixture(autouse=True)
@@ -25,14 +19,12 @@ def environment(monkeypatch):
 
 
 @pytest.fixture
-def scripted(monkeypatch, make_memory, history):
+def scripted(make_memory, history):
     """`scripted(**script)` -> (model, memory): the nodes and the memory's L1/L2 construction all call one
     `ScriptedChatModel` (see its docstring for the script)."""
 
     def make(**script):
         model = ScriptedChatModel(script=script)
-        for module in NODES_WITH_MODELS:
-            monkeypatch.setattr(module, "get_chat_model", lambda spec="local", base_url=None: model)
         memory = make_memory(chat_model=model)
         memory.ingest(history)
         return model, memory
@@ -61,12 +53,12 @@ def test_step_budget_is_never_exceeded(scripted, history, tmax):
     }
     model, memory = scripted(Reflection=[greedy] * 10)
     out = build_graph().invoke({"question": QUESTION, "question_date": "2024/06/01 (Sat) 10:00"},
-                               context=Context(memory=memory, tmax=tmax))
+                               context=Context(memory=memory, settings=Settings(chat_model=model), tmax=tmax))
     assert set(out) <= set(OutputState.__annotations__)
     assert out["step"] == tmax and out["stop_reason"] == "step budget reached"
     assert all(d["step"] <= tmax for d in out["drills"])
     # Every step is a search, a drill or a reflection.
-    _, events = run_graph(QUESTION, Context(memory=memory, tmax=tmax))
+    _, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=tmax))
     searches = sum(e["event"] == "search" for e in events)
     assert out["step"] == searches + len(out["drills"]) + out["usage"].get("reflect", {}).get("calls", 0)
     assert searches == (2 if tmax == 8 else 1)
@@ -75,7 +67,7 @@ def test_step_budget_is_never_exceeded(scripted, history, tmax):
 def test_stops_when_a_round_adds_no_evidence(scripted):
     # The controller asks again for a layer it has read: that round discloses nothing, whatever it decides next.
     model, memory = scripted(Reflection=[deepen(("s-dog", "L3")), deepen(("s-dog", "L3")), deepen(("s-dog", "L3"))])
-    final, _ = run_graph(QUESTION, Context(memory=memory, tmax=20))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
     assert final["stop_reason"] == "no new evidence"
     assert layers_read(final, "s-dog") == ["L1", "L3"]
     assert model.kinds().count("Reflection") == 3 and final["step"] == 1 + 3 + 1 + 1 + 1 + 1
@@ -87,7 +79,7 @@ def test_drill_escalates_l1_l2_l3(scripted):
         deepen(("s-dog", "L3")),
         {"sufficient": True, "draft_answer": "Biscuit"},
     ])
-    final, _ = run_graph(QUESTION, Context(memory=memory, tmax=20))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
     dog = [d for d in final["drills"] if d["session_id"] == "s-dog"]
     assert [d["layer"] for d in dog] == ["L1", "L2", "L3"]
     assert dog[0]["step"] < dog[1]["step"] < dog[2]["step"]
@@ -113,7 +105,7 @@ def test_decomposition_fans_out_and_reflection_adds_queries(scripted):
         SubQueries=[{"queries": ["dog name", "Dog Name", "  ", "vet appointment", "sourdough starter", "guitar song"]}],
         Reflection=[{"sufficient": False, "new_queries": ["hiking trip", "dog name"]}, {"sufficient": True}],
     )
-    final, events = run_graph(QUESTION, Context(memory=memory, tmax=20))  # max_queries 4, the question included
+    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))  # max_queries 4, the question included
     searches = [e for e in events if e["event"] == "search"]
     assert [e["queries"] for e in searches] == [[QUESTION, "dog name", "vet appointment", "sourdough starter"], ["hiking trip"]]
     assert final["searched"] == [QUESTION, "dog name", "vet appointment", "sourdough starter", "hiking trip"]
@@ -123,14 +115,14 @@ def test_decomposition_fans_out_and_reflection_adds_queries(scripted):
 
 def test_without_decomposition_the_question_is_the_only_query(scripted):
     model, memory = scripted(SubQueries=[{"queries": ["dog name"]}])
-    final, _ = run_graph(QUESTION, Context(memory=memory, decomposition=False))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), decomposition=False))
     assert final["searched"] == [QUESTION] and "SubQueries" not in model.kinds()
 
 
 def test_ids_the_model_invents_are_ignored(scripted):
     model, memory = scripted(Reflection=[{"sufficient": False, "open_sessions": ["s-unicorn"],
                                           "deepen": [{"session_id": "s-japan", "layer": "L3"}]}])  # s-japan is not open
-    final, _ = run_graph(QUESTION, Context(memory=memory, tmax=20, drill_width=1))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20, drill_width=1))
     assert [(d["session_id"], d["layer"]) for d in final["drills"]] == [("s-dog", "L1")]
     assert final["stop_reason"] == "nothing left to try"
 
@@ -161,7 +153,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
         if failing in (name, "all"):
             script.update({kind: list(r) for kind, r in replies.items()})
     model, memory = scripted(**script)
-    final, events = run_graph(question, Context(memory=memory, tmax=8))
+    final, events = run_graph(question, Context(memory=memory, settings=Settings(chat_model=model), tmax=8))
 
     assert isinstance(final["answer"], str) and final["answer"].strip()
     reflect_prompts = model.prompts_of("Reflection")
@@ -187,7 +179,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
 
 def test_without_controller_one_search_and_l1_only(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L3"))])
-    final, events = run_graph(QUESTION, Context(memory=memory, controller=False, drill_width=3))
+    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), controller=False, drill_width=3))
     assert [e["event"] for e in events] == ["search", "drill", "drill", "drill"]
     assert {d["layer"] for d in final["drills"]} == {"L1"} and len(final["drills"]) == 3
     assert {e["layer"] for e in final["evidence"]} == {"L1"}
@@ -197,19 +189,19 @@ def test_without_controller_one_search_and_l1_only(scripted):
 
 def test_layers_ablation_never_reads_a_disallowed_layer(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L2"), ("s-knee", "L2")), {"sufficient": True}])
-    final, _ = run_graph(QUESTION, Context(memory=memory, layers="L1,L3"))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), layers="L1,L3"))
     assert layers_read(final, "s-dog") == ["L1", "L3"]  # L2 asked for, the next allowed layer read
     assert all(d["layer"] != "L2" for d in final["drills"]) and "EvidenceNotes" not in model.kinds()
 
     model, memory = scripted()
-    final, _ = run_graph(QUESTION, Context(memory=memory, layers="L3"))
+    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), layers="L3"))
     assert {d["layer"] for d in final["drills"]} == {"L3"}  # first contact at the shallowest allowed layer
     assert "KeyFacts" not in model.kinds() and "EvidenceNotes" not in model.kinds()
 
 
 def test_custom_stream_reports_every_search_and_drill(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L2")), {"sufficient": True}])
-    final, events = run_graph(QUESTION, Context(memory=memory, tmax=20))
+    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
     drills = [e for e in events if e["event"] == "drill"]
     assert [{k: e[k] for k in ("step", "session_id", "layer", "turns")} for e in drills] == final["drills"]
     assert drills[0]["session_id"] == "s-dog" and drills[0]["layer"] == "L1" and drills[-1]["layer"] == "L2"

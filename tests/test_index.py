@@ -1,4 +1,4 @@
-"""Indexes and fusion: tokenizer, the two BM25 backends, FAISS round trip, compaction, RRF with keyword boost."""
+"""Indexes and fusion: tokenizer, the two BM25 backends, compaction, saving as plain vectors, RRF with keyword boost."""
 
 import gzip
 import json
@@ -96,21 +96,6 @@ def test_make_lexical_picks_by_size():
 
 
 # ---------------------------------------------------------------------------------------------------- dense
-
-
-def test_dense_index_round_trips_through_bytes():
-    vectors = random_vectors(300)
-    rows = [i // 3 for i in range(300)]  # three vectors per unit
-    dense = DenseIndex(384)
-    dense.add(vectors, rows)
-    copy = DenseIndex.from_bytes(dense.to_bytes(), dense.rows.tolist())
-    assert copy.index.ntotal == 300 and copy.index.d == 384
-    for query in random_vectors(20, seed=1):
-        (rows_a, sims_a), (rows_b, sims_b) = dense.search(query, 25), copy.search(query, 25)
-        assert rows_a.tolist() == rows_b.tolist() and np.array_equal(sims_a, sims_b)
-        assert np.all(np.diff(sims_a) <= 1e-6)  # best first
-    with pytest.raises(ValueError, match="300 vectors but its id map names 299"):
-        DenseIndex.from_bytes(dense.to_bytes(), rows[:-1])
 
 
 def test_dense_search_of_an_empty_index():
@@ -257,3 +242,44 @@ def test_sessions_are_scored_by_their_best_unit_over_all_queries(topics_index, e
     alone = [rank_sessions(topics_index, [q], v[None], k=2)[0].session_id for q, v in zip(queries, vectors)]
     assert alone == ["s-dog", "s-bread"]
     assert len(rank_sessions(topics_index, queries, vectors, k=3)) == 3
+
+
+def test_unit_index_round_trips_through_plain_vectors():
+    units, vectors = three_sessions()
+    index = UnitIndex(384)
+    index.add(units, vectors)
+    index.remove("B")
+    table, raw = index.dump()
+    assert len(raw) == 4 * 384 * 12  # the 6 live units' two vectors each, float32: no FAISS file
+    copy = UnitIndex.load(table, raw)
+    assert [u.session_id for u in copy.units] == ["A"] * 3 + ["C"] * 3 and len(copy) == 6
+    assert all(u.embed_texts == [] for u in copy.units)  # texts are embedded once; the table keeps the vectors
+    for query in random_vectors(10, seed=1):
+        (rows_a, sims_a), (rows_b, sims_b) = index.dense.search(query, 40), copy.dense.search(query, 40)
+        live = index.alive[rows_a]
+        assert [index.units[r].start for r in rows_a[live]] == [copy.units[r].start for r in rows_b]
+        assert np.allclose(sims_a[live], sims_b)
+
+
+@pytest.mark.parametrize("damage", ["truncated vectors", "garbage table", "row out of range", "unit of wrong shape",
+                                    "nested too deep"])
+def test_unit_index_load_refuses_damaged_parts(damage):
+    units, vectors = three_sessions()
+    index = UnitIndex(384)
+    index.add(units, vectors)
+    table, raw = index.dump()
+    data = json.loads(table)
+    if damage == "truncated vectors":
+        raw = raw[:-7]
+    elif damage == "garbage table":
+        table = b"\x00\xffnot json"
+    elif damage == "row out of range":
+        data["vector_units"][0] = len(units)
+    elif damage == "unit of wrong shape":
+        data["units"][2] = {"session_id": "A", "start": "zero", "end": 2, "summary": 5}
+    elif damage == "nested too deep":
+        table = b"[" * 100_000 + b"]" * 100_000
+    if damage in ("row out of range", "unit of wrong shape"):
+        table = json.dumps(data).encode()
+    with pytest.raises(ValueError):
+        UnitIndex.load(table, raw)

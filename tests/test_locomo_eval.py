@@ -151,7 +151,7 @@ def test_run_maps_turns_scores_and_resumes(tmp_path, monkeypatch, embeddings):
     inputs, context = zip(*fake.calls)
     assert [i["question_date"] for i in inputs] == ["2023-05-27T10:20:00"] * 2 + ["2022-08-15T19:30:00"]
     assert [c.user_id for c in context] == [c.memory.user_id for c in context] == ["conv-a", "conv-a", "conv-b"]
-    assert context[0].reflection is False and context[0].tmax == 20 and context[0].controller_model == "local"
+    assert context[0].reflection is False and context[0].tmax == 20 and context[0].settings.controller_model == "local"
     assert (tmp_path / "out" / "memory" / "users" / "conv-b").is_dir()  # a namespace per sample
 
     results = tmp_path / "out" / "results.jsonl"
@@ -207,7 +207,7 @@ def test_command_line(tmp_path, monkeypatch, capsys, embeddings):
     out = capsys.readouterr().out
     assert code == 0 and "| 4 single-hop | 1 | 1.000 | 1.000 |" in out and "| overall | 1 |" in out
     context = fake.calls[0][1]
-    assert (context.tmax, context.top_k, context.generator_model) == (4, 3, "local")
+    assert (context.tmax, context.top_k, context.settings.generator_model) == (4, 3, "local")
     assert (tmp_path / "mem" / "users" / "conv-a").is_dir() and not (tmp_path / "out" / "memory").exists()
 
 

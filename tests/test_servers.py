@@ -15,7 +15,7 @@ from graph_helpers import clean_environment, free_port, run_graph
 from langgraph_sdk import get_sync_client
 from pydantic import BaseModel
 
-from apdmem.graph import Context
+from apdmem.graph import Context, Settings
 from apdmem.memory import Memory
 from apdmem.memory.records import Usage
 from apdmem.memory.store import memory_store
@@ -102,7 +102,7 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
     memory = Memory("alice", store=memory_store(), l0_mode="raw", chat_model="openai:smollm2", base_url=base_url)
     memory.ingest(history)
     before = completions(log)
-    context = Context(controller_model="openai:smollm2", generator_model="openai:smollm2", base_url=base_url,
+    context = Context(settings=Settings(chat_model="openai:smollm2", base_url=base_url),
                       memory=memory, tmax=4, top_k=3, drill_width=1)  # short prompts: the tiny model reads slowly
     final, _ = run_graph(QUESTION, context, QUESTION_DATE)
     assert isinstance(final["answer"], str) and final["answer"].strip()
@@ -119,7 +119,7 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
 def langgraph_server(tmp_path_factory, history):
     """`langgraph dev` from the repository root over a memory directory holding user "alice"; yields its URL."""
     memory_dir = tmp_path_factory.mktemp("memory")
-    Memory("alice", directory=str(memory_dir), l0_mode="raw").ingest(history)
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history)
     port, log = free_port(), memory_dir.parent / "langgraph.log"
     state_dir = ROOT / ".langgraph_api"  # where `langgraph dev` keeps its in-memory runtime's state
     had_state = state_dir.exists()

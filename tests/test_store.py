@@ -54,7 +54,7 @@ def test_invalid_user_ids_are_refused(store, user_id):
 
 def test_memory_refuses_an_invalid_user_id_before_touching_the_store(tmp_path):
     with pytest.raises(InvalidIdError, match="user id"):
-        Memory("../bob", directory=str(tmp_path), l0_mode="raw")
+        Memory("../bob", store=str(tmp_path), l0_mode="raw")
     assert list(tmp_path.iterdir()) == []
 
 

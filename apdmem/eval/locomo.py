@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from apdmem.errors import ConfigError
 from apdmem.eval.metrics import mean, percentile
-from apdmem.graph import Context, build_graph
+from apdmem.graph import Context, Settings, build_graph
 from apdmem.memory import Memory, load_locomo
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -147,6 +147,8 @@ def run(
     *,
     limit: int | None = None,
     chat_model: str = "local",
+    controller_model: str | None = None,
+    generator_model: str | None = None,
     embeddings: str = "local",
     base_url: str | None = None,
     l0_mode: str = "auto",
@@ -186,15 +188,16 @@ def run(
             todo = [i for s, i in selected if s is sample and _key(s, i) not in done]
             if not todo:
                 continue
-            memory = Memory(sample.sample_id, directory=str(memory_dir or out / "memory"), chat_model=chat_model,
+            memory = Memory(sample.sample_id, store=str(memory_dir or out / "memory"), chat_model=chat_model,
                             embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
             memory.ingest(sample.sessions, progress=progress)  # a no-op for sessions stored by an earlier run
             question_date = max(s.date for s in sample.sessions).isoformat()
             if graph is None:  # built only when there is a question to ask
                 graph = build_graph()
             for i in todo:
-                options = dict(user_id=sample.sample_id, memory=memory, controller_model=chat_model,
-                               generator_model=chat_model, embeddings=embeddings, base_url=base_url, tmax=tmax)
+                options = dict(user_id=sample.sample_id, memory=memory, tmax=tmax,
+                               settings=Settings(chat_model=chat_model, controller_model=controller_model,
+                                                 generator_model=generator_model, embeddings=embeddings, base_url=base_url))
                 context = Context(**{**options, **(context_overrides or {})})
                 record = _answer(graph, context, sample, i, question_date)
                 results.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -320,11 +323,9 @@ def add_locomo_parser(eval_subparsers, parents: list) -> None:
 
 def cmd_locomo(args) -> None:
     overrides = {"top_k": args.top_k} if getattr(args, "top_k", None) is not None else {}
-    for name in ("controller_model", "generator_model"):  # each defaults to --chat-model
-        if getattr(args, name, None):
-            overrides[name] = getattr(args, name)
-    report = run(args.file, limit=args.limit, chat_model=args.chat_model, embeddings=args.embeddings,
+    report = run(args.file, limit=args.limit, chat_model=args.chat_model, controller_model=args.controller_model,
+                 generator_model=args.generator_model, embeddings=args.embeddings,
                  base_url=args.base_url, l0_mode=args.l0_mode or os.environ.get("APDMEM_L0_MODE", "auto"),
-                 tmax=args.tmax, output_dir=args.output_dir, memory_dir=args.memory_dir, context_overrides=overrides)
+                 tmax=args.tmax, output_dir=args.output_dir, memory_dir=args.store, context_overrides=overrides)
     print(format_report(report))
     print(f"results: {Path(args.output_dir) / 'results.jsonl'}; report: {Path(args.output_dir) / 'report.md'}")

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from apdmem.errors import ConfigError
 from apdmem.eval.judge import gold_contained, judge
 from apdmem.eval.metrics import mean, percentile
-from apdmem.graph import Context, build_graph
+from apdmem.graph import Context, Settings, build_graph
 from apdmem.memory import Memory, load_longmemeval
 from apdmem.memory.records import Usage
 from apdmem.models import get_chat_model
@@ -49,7 +49,7 @@ def _slug(text: str) -> str:
 
 
 @dataclass
-class Settings:
+class EvalSettings:
     """How each question is answered and judged."""
 
     chat_model: str = "local"
@@ -75,14 +75,15 @@ class Settings:
         self.judge = get_chat_model(self.judge_model or self.chat_model, self.base_url)
 
 
-def answer_item(item, settings: Settings) -> dict:
+def answer_item(item, settings: EvalSettings) -> dict:
     """Ingest the item's haystack (cached), ask the graph, judge the reply: the item's record."""
-    memory = Memory(item.question_id, directory=str(settings.cache), chat_model=settings.chat_model,
+    memory = Memory(item.question_id, store=str(settings.cache), chat_model=settings.chat_model,
                     embeddings=settings.embeddings, base_url=settings.base_url, l0_mode=settings.l0_mode)
     memory.ingest(item.sessions)
-    context = Context(memory=memory, user_id=item.question_id, controller_model=settings.controller_model or settings.chat_model,
-                      generator_model=settings.generator_model or settings.chat_model, embeddings=settings.embeddings,
-                      base_url=settings.base_url, tmax=settings.tmax, top_k=settings.top_k, **settings.overrides)
+    deployment = Settings(chat_model=settings.chat_model, controller_model=settings.controller_model,
+                          generator_model=settings.generator_model, embeddings=settings.embeddings, base_url=settings.base_url)
+    context = Context(memory=memory, settings=deployment, user_id=item.question_id, tmax=settings.tmax, top_k=settings.top_k,
+                      **settings.overrides)
     started = time.perf_counter()
     final = settings.graph.invoke({"question": item.question, "question_date": item.question_date.isoformat()}, context=context)
     latency = time.perf_counter() - started
@@ -118,10 +119,10 @@ def run(dataset: str, *, limit: int | None = None, types: list[str] | None = Non
         output_dir: str = "reports/longmemeval", memory_dir: str | None = None, progress: bool = True, **options) -> dict:
     """Run (or resume) the benchmark; returns the report and writes results.jsonl, report.json, report.md, plots.
 
-    `options` are `Settings` fields. `chat_model` builds L0 (llm mode) and, unless `controller_model` /
+    `options` are `EvalSettings` fields. `chat_model` builds L0 (llm mode) and, unless `controller_model` /
     `generator_model` say otherwise, drives the controller and writes the answer; the judge defaults to it too.
     """
-    settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
+    settings = EvalSettings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
     items = select(load_longmemeval(dataset), limit=limit, types=types, per_type=per_type)
     out = run_directory(output_dir, settings)
     results = out / "results.jsonl"
@@ -145,7 +146,7 @@ def run(dataset: str, *, limit: int | None = None, types: list[str] | None = Non
     return report
 
 
-def run_directory(output_dir: str, settings: Settings) -> Path:
+def run_directory(output_dir: str, settings: EvalSettings) -> Path:
     out = Path(output_dir) / _slug(f"{settings.ablation}-{settings.chat_model}")
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -162,7 +163,7 @@ def run_langsmith(dataset: str, *, limit: int | None = None, types: list[str] | 
 
     if not os.environ.get("LANGSMITH_API_KEY"):
         raise ConfigError("--langsmith needs LANGSMITH_API_KEY")
-    settings = Settings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
+    settings = EvalSettings(cache=Path(memory_dir or Path(output_dir) / "memory"), **options)
     items = {i.question_id: i for i in select(load_longmemeval(dataset), limit=limit, types=types, per_type=per_type)}
     client, name = Client(), f"apdmem-longmemeval-{Path(dataset).name.split('.')[0]}-{len(items)}"
     if not client.has_dataset(dataset_name=name):
@@ -307,10 +308,10 @@ def cmd_eval(args) -> None:
                    generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings,
                    base_url=args.base_url, l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, ablation=args.ablation)
     if args.langsmith:
-        run_langsmith(args.dataset, limit=args.limit, types=args.types, per_type=args.per_type, memory_dir=args.memory_dir, output_dir=args.output_dir, **options)
+        run_langsmith(args.dataset, limit=args.limit, types=args.types, per_type=args.per_type, memory_dir=args.store, output_dir=args.output_dir, **options)
         return
     run(args.dataset, limit=args.limit, types=args.types, per_type=args.per_type, concurrency=args.concurrency, output_dir=args.output_dir,
-        memory_dir=args.memory_dir, **options)
+        memory_dir=args.store, **options)
     out = Path(args.output_dir) / _slug(f"{args.ablation}-{options['chat_model']}")
     print((out / "report.md").read_text())
     print(f"report: {out}/report.json, report.md, accuracy_by_type.png, disclosure_depth.png; records: {out}/results.jsonl")

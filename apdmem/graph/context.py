@@ -1,27 +1,88 @@
-"""Run-time configuration of the controller graph: one dataclass, filled from ``APDMEM_*`` variables."""
+"""Configuration of the controller graph, in two parts.
+
+- `Settings`: the deployment. Where memories live, which models run and at which endpoint. Read from the
+  process environment (``APDMEM_*``, ``OPENAI_BASE_URL``), or built in Python and passed in; a server takes
+  them from its own environment, never from a client's run.
+- `Context`: one question. Whose memory (a claim that a server's auth handler may overrule), the step budget
+  and the ablation switches. This is what a run's ``context`` may set.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from apdmem.errors import ConfigError
 
 
 def _option(default, description: str):
     return field(default=default, metadata={"description": description})
 
 
+def _from_environment(config) -> None:
+    """Fill fields left at their default from ``APDMEM_<FIELD>`` (converted to the field's type)."""
+    for f in fields(config):
+        if f.metadata.get("python_only") or getattr(config, f.name) != f.default:
+            continue
+        raw = os.environ.get(f"APDMEM_{f.name.upper()}")
+        if raw is not None:
+            setattr(config, f.name, _convert(f"APDMEM_{f.name.upper()}", raw, f.default))
+
+
+@dataclass(kw_only=True)
+class Settings:
+    """Where memories live and which models run. Unset fields take ``APDMEM_<FIELD>`` from the environment.
+
+    Models are specification strings (``"local"``, ``"openai:gpt-4.1"``) or LangChain objects.
+
+    >>> Settings(controller_model="openai:gpt-4.1", generator_model="openai:gpt-4.1-mini")   # doctest: +SKIP
+    """
+
+    store: str | None = _option(None, "Memory store: a directory (also APDMEM_MEMORY_DIR; default ~/.apdmem).")
+    chat_model: Any = _option("local", "Model that builds the layers (L0 in llm mode, L1 facts, L2 notes).")
+    controller_model: Any = _option(None, "Model for date fallback, decomposition and reflection (default: chat_model).")
+    generator_model: Any = _option(None, "Model for organized notes and the final answer (default: chat_model).")
+    embeddings: Any = _option("local", "Embeddings the memories are indexed with.")
+    base_url: str | None = _option(None, "OpenAI-compatible server for 'openai:<model>' specifications (also OPENAI_BASE_URL).")
+
+    def __post_init__(self) -> None:
+        _from_environment(self)
+        self.store = self.store or os.environ.get("APDMEM_MEMORY_DIR") or None
+        self.base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.controller_model = self.controller_model or self.chat_model
+        self.generator_model = self.generator_model or self.chat_model
+
+    def controller(self):
+        """The controller's chat model."""
+        from apdmem.models import get_chat_model
+
+        return get_chat_model(self.controller_model, self.base_url)
+
+    def generator(self):
+        """The chat model that writes notes and answers."""
+        from apdmem.models import get_chat_model
+
+        return get_chat_model(self.generator_model, self.base_url)
+
+    def open_memory(self, user_id: str):
+        """A user's `Memory` under these settings (shared within the process, see `apdmem.memory.open_memory`)."""
+        from apdmem.memory import open_memory
+
+        return open_memory(user_id, store=self.store, chat_model=self.chat_model, embeddings=self.embeddings,
+                           base_url=self.base_url)
+
+
 @dataclass(kw_only=True)
 class Context:
-    """How a question is answered. Unset fields take ``APDMEM_<FIELD>`` from the environment (e.g.
-    ``APDMEM_CONTROLLER_MODEL=openai:gpt-4.1``), else the default shown."""
+    """How one question is answered. Unset fields take ``APDMEM_<FIELD>`` from the environment (e.g.
+    ``APDMEM_TMAX=12``), else the default shown.
 
-    user_id: str = _option("default", "Whose memory to read (a namespace; users never see each other's memory).")
-    memory_dir: str | None = _option(None, "Memory directory (default ~/.apdmem).")
-    controller_model: str = _option("local", "Model for date fallback, decomposition and reflection: 'local' or 'openai:<model>'.")
-    generator_model: str = _option("local", "Model for organized notes and the final answer: 'local' or 'openai:<model>'.")
-    embeddings: str = _option("local", "Embeddings the memory was indexed with: 'local' or 'openai:<model>'.")
-    base_url: str | None = _option(None, "OpenAI-compatible server for 'openai:<model>' models (also OPENAI_BASE_URL).")
+    `settings` and `memory` are for Python callers embedding the graph; a server's run context cannot set
+    them (they are not JSON), so a client never chooses where memory lives or which endpoint is called.
+    """
+
+    user_id: str = _option("default", "Whose memory to read (a namespace; with server auth on, the authenticated user).")
     tmax: int = _option(20, "Step budget: searches, drills (one per session and layer) and reflections.")
     top_k: int = _option(10, "Sessions returned by each search.")
     drill_width: int = _option(3, "Sessions opened at L1 after a search when the controller has not chosen.")
@@ -34,35 +95,43 @@ class Context:
     date_normalization: bool = _option(True, "Resolve relative dates in the question.")
     organized_notes: bool = _option(True, "Organize evidence into notes before answering (off = raw evidence).")
     draft_answer: bool = _option(True, "Pass the controller's draft to the answer node.")
-    memory: Any = field(default=None, repr=False, metadata={"description": "An open `Memory` to use instead of opening one."})
+    settings: Any = field(default=None, repr=False, metadata={"python_only": True,
+                          "description": "Deployment `Settings` (Python only; default: from the environment)."})
+    memory: Any = field(default=None, repr=False, metadata={"python_only": True,
+                        "description": "An open `Memory` to use instead of opening one (Python only)."})
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.name == "memory" or getattr(self, f.name) != f.default:
-                continue
-            raw = os.environ.get(f"APDMEM_{f.name.upper()}")
-            if raw is None and f.name == "base_url":
-                raw = os.environ.get("OPENAI_BASE_URL")
-            if raw is not None:
-                setattr(self, f.name, _convert(raw, f.default if f.default is not MISSING else ""))
+        _from_environment(self)
+        if self.settings is not None and not isinstance(self.settings, Settings):
+            raise ConfigError("context field 'settings' must be a Settings object; a server takes its settings from its environment")
+        if self.memory is not None and not hasattr(self.memory, "search"):
+            raise ConfigError("context field 'memory' must be an open Memory; a server opens memories from its own store")
+        for name in ("tmax", "top_k", "drill_width", "max_queries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"context field {name!r} must be a positive integer, got {value!r}")
+        unknown = set(self.allowed_layers) - {"L1", "L2", "L3"}
+        if unknown:
+            raise ConfigError(f"context field 'layers' names unknown layers {sorted(unknown)}: use L1, L2, L3")
+        self.settings = self.settings or Settings()
 
     @property
     def allowed_layers(self) -> tuple[str, ...]:
         return tuple(layer.strip() for layer in self.layers.split(",") if layer.strip())
 
-    def open_memory(self):
-        """The user's `Memory` (the one passed in, or opened once per Context)."""
-        if self.memory is None:
-            from apdmem.memory import Memory
-
-            self.memory = Memory(self.user_id, directory=self.memory_dir, chat_model=self.controller_model,
-                                 embeddings=self.embeddings, base_url=self.base_url)
-        return self.memory
+    def open_memory(self, user_id: str | None = None):
+        """The user's `Memory`: the one passed in, or the one the settings open for `user_id`."""
+        if self.memory is not None:
+            return self.memory
+        return self.settings.open_memory(user_id or self.user_id)
 
 
-def _convert(raw: str, default):
+def _convert(name: str, raw: str, default):
     if isinstance(default, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(default, int):
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not an integer") from None
     return raw

@@ -1,7 +1,7 @@
 """The multi-resolution memory substrate: records, loaders, layers, stores, indexes, retriever."""
 
 from apdmem.memory.loaders import load_locomo, load_longmemeval, load_sessions, session_from_messages
-from apdmem.memory.memory import IngestReport, Memory
+from apdmem.memory.memory import IngestReport, Memory, open_memory
 from apdmem.memory.records import Session, Turn, Unit
 from apdmem.memory.retriever import HybridRetriever
 
@@ -15,5 +15,6 @@ __all__ = [
     "load_locomo",
     "load_longmemeval",
     "load_sessions",
+    "open_memory",
     "session_from_messages",
 ]

@@ -11,6 +11,7 @@ inverted index, touching only the postings of the query terms.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 
@@ -18,6 +19,8 @@ import faiss
 import numpy as np
 from nltk.stem.porter import PorterStemmer
 from rank_bm25 import BM25Okapi
+
+from apdmem.memory.records import Unit
 
 SPARSE_THRESHOLD = 20_000
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
@@ -146,18 +149,11 @@ class DenseIndex:
         keep = ids[0] >= 0
         return self.rows[ids[0][keep]], sims[0][keep]
 
-    def to_bytes(self) -> bytes:
-        """FAISS's own serialization (the format of `faiss.write_index`)."""
-        return faiss.serialize_index(self.index).tobytes()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, rows: list[int]) -> DenseIndex:
-        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
-        if index.ntotal != len(rows):
-            raise ValueError(f"dense index holds {index.ntotal} vectors but its id map names {len(rows)}")
-        dense = cls(index.d)
-        dense.index, dense.rows = index, np.asarray(rows, dtype=np.int64)
-        return dense
+    def vectors(self) -> np.ndarray:
+        """Every stored vector, in insertion order."""
+        if not self.index.ntotal:
+            return np.zeros((0, self.index.d), dtype=np.float32)
+        return self.index.reconstruct_n(0, self.index.ntotal)
 
 
 def unit_tokens(unit) -> list[str]:
@@ -187,12 +183,32 @@ class UnitIndex:
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
         self.dense.add(vectors, rows)
 
+    def dump(self) -> tuple[bytes, bytes]:
+        """The live units as JSON and their vectors as raw little-endian float32.
+
+        No FAISS file is written: FAISS's generic reader accepts index types whose data lives in other files,
+        so a planted file could make it read or write outside the store. `load` builds the index in memory.
+        """
+        live = self if self.alive.all() else self.compact()
+        units = [{k: v for k, v in u.to_json().items() if k != "embed_texts"} for u in live.units]
+        table = {"dimension": self.dimension, "units": units, "vector_units": live.dense.rows.tolist()}
+        return json.dumps(table, ensure_ascii=False).encode(), live.dense.vectors().astype("<f4").tobytes()
+
     @classmethod
-    def restore(cls, units: list, dense: DenseIndex, lexical: str = "auto") -> UnitIndex:
-        """An index over stored units and their saved FAISS index (nothing is re-embedded)."""
-        index = cls(dense.index.d, lexical, len(units))
-        index.units, index.alive, index.dense = list(units), np.ones(len(units), dtype=bool), dense
+    def load(cls, table: bytes, vectors: bytes, lexical: str = "auto") -> UnitIndex:
+        """The index `dump` wrote; ValueError when the two parts are not one consistent index."""
+        try:
+            data = json.loads(table)
+            dimension, rows = int(data["dimension"]), [int(r) for r in data["vector_units"]]
+            units = [Unit.from_json(u) for u in data["units"]]
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise ValueError(f"unreadable unit table ({exc})") from None
+        if dimension < 1 or len(vectors) != 4 * dimension * len(rows) or any(not 0 <= r < len(units) for r in rows):
+            raise ValueError("unit table and vectors do not match")
+        index = cls(dimension, lexical, len(units))
+        index.units, index.alive = units, np.ones(len(units), dtype=bool)
         index.lexical.add([unit_tokens(u) for u in units])
+        index.dense.add(np.frombuffer(vectors, dtype="<f4").reshape(len(rows), dimension), rows)
         return index
 
     def remove(self, session_id: str) -> None:
@@ -202,9 +218,12 @@ class UnitIndex:
 
     def compact(self) -> UnitIndex:
         """A new index holding only live units; vectors are taken from FAISS, not recomputed."""
-        fresh = UnitIndex(self.dimension, self.lexical_kind, int(self.alive.sum()))
-        if self.dense.index.ntotal:
-            vectors = self.dense.index.reconstruct_n(0, self.dense.index.ntotal)
-            keep = self.alive[self.dense.rows]
-            fresh.add([u for u, ok in zip(self.units, self.alive) if ok], vectors[keep])
+        live = np.flatnonzero(self.alive)
+        renumbered = np.full(len(self.units), -1, dtype=np.int64)
+        renumbered[live] = np.arange(len(live))
+        fresh = UnitIndex(self.dimension, self.lexical_kind, len(live))
+        fresh.units, fresh.alive = [self.units[r] for r in live], np.ones(len(live), dtype=bool)
+        fresh.lexical.add([unit_tokens(u) for u in fresh.units])
+        keep = self.alive[self.dense.rows]
+        fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())
         return fresh

@@ -189,6 +189,8 @@ def _loads(text: str, line_offset: int = 0) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON at line {e.lineno + line_offset}, column {e.colno}: {e.msg}") from e
+    except RecursionError:
+        raise InputError(f"JSON nested too deeply (line {line_offset + 1})") from None
 
 
 def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str | int, default: Any = ..., part: str = ""):
@@ -232,7 +234,18 @@ def _turn(role: Any, content: Any, sid: str, index: int, **extra: Any) -> Turn:
         raise InputError(f"message {index}: content must be a string, got {type(content).__name__}", record=sid)
     if len(content) > MAX_MESSAGE_CHARS:
         raise InputError(f"message {index}: {len(content):,} characters, over {MAX_MESSAGE_CHARS:,}", record=sid)
+    for text in (content, extra.get("speaker") or ""):
+        _check_text(text, f"message {index}", sid)
     return Turn(role, content, **extra)
+
+
+def _check_text(text: str, what: str, sid: str) -> None:
+    """Refuse text that cannot be stored as UTF-8 (a lone surrogate, e.g. from a JSON escape "\\ud800")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{what}: not valid Unicode text (lone surrogate U+{ord(text[e.start]):04X} "
+                         f"at character {e.start})", record=sid) from None
 
 
 def _session(sid: str, date: datetime | str, turns: list[Turn]) -> Session:

@@ -18,12 +18,20 @@ _ID = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,200}$")
 
 def check_id(value: object, what: str) -> str:
     """Return `value` if it is usable as a user or session id, else raise InvalidIdError."""
-    if not isinstance(value, str) or not _ID.match(value) or ".." in value or value.strip() != value:
+    if not isinstance(value, str) or not _ID.match(value) or ".." in value or value.strip() != value or not _utf8(value):
         raise InvalidIdError(
             f"invalid {what} id {value!r}: use 1-200 printable characters, "
-            "without '/', '\\', '..', control characters or surrounding spaces"
+            "without '/', '\\', '..', control characters, lone surrogates or surrounding spaces"
         )
     return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,19 @@ class Unit:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Unit:
+        """A stored unit; ValueError when it is not one (a damaged file)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a unit must be an object, got {type(data).__name__}")
+        unit = cls(**data)
+        lists = (unit.keywords, unit.tags, unit.embed_texts)
+        if not (isinstance(unit.session_id, str) and isinstance(unit.summary, str) and type(unit.start) is int
+                and type(unit.end) is int and 0 <= unit.start < unit.end
+                and all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in lists)):
+            raise ValueError(f"malformed unit of session {unit.session_id!r}")
+        return unit
 
 
 @dataclass

@@ -1,25 +1,35 @@
-"""Per-user storage of layer documents behind LangChain's `ByteStore` interface.
+"""Per-user storage of layer documents behind LangChain's `ByteStore` interface, with per-user writer locks.
 
-Every key a `UserStore` reads or writes lives under ``<user_id>/``; the user id is validated so that no
-call made for one user can name another user's keys. Values are bytes (JSON or Markdown): nothing
-loaded from a memory directory is ever executed or unpickled.
+A backend is a `ByteStore` that can also serialize the writers of one namespace across processes
+(`MemoryStore.writer`). Every key a `UserStore` reads or writes lives under ``users/<user key>/``; user and
+session ids are validated and encoded so that no call made for one user can name another user's keys, on
+case-sensitive and case-insensitive file systems alike. Values are bytes (JSON, Markdown, float32 vectors):
+nothing loaded from a store is ever executed or unpickled, and no stored value names a file to open.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import re
 import tempfile
+import threading
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from langchain_classic.storage import LocalFileStore
-from langchain_core.stores import BaseStore, ByteStore, InMemoryByteStore
+from langchain_core.stores import BaseStore, InMemoryByteStore
 
+from apdmem.errors import ConfigError
 from apdmem.memory.records import check_id
 
 MEMORY_DIR_ENV = "APDMEM_MEMORY_DIR"
+TEMPORARY_PREFIX = ".tmp-"
+LOCK_NAME = ".lock"
 
 
 def default_memory_dir() -> Path:
@@ -27,15 +37,54 @@ def default_memory_dir() -> Path:
     return Path(os.environ.get(MEMORY_DIR_ENV) or Path.home() / ".apdmem")
 
 
-class AtomicFileStore(LocalFileStore):
-    """A `LocalFileStore` whose writes replace each file atomically, so a process killed mid-write
-    leaves either the old value or the new one, never a torn file."""
+class MemoryStore:
+    """What `Memory` needs of a byte store beyond `mget`/`mset`/`mdelete`/`yield_keys`: a writer lock per
+    namespace. Holding it, a writer is the only one changing that namespace (readers never take it).
+
+    `writer(namespace, wait=False)` yields False instead of waiting when another writer holds the lock.
+    """
+
+    def writer(self, namespace: str, *, wait: bool = True):
+        raise NotImplementedError
+
+
+class _ProcessLocks:
+    """Per-namespace locks shared by the threads of this process."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+
+    @contextmanager
+    def hold(self, namespace: str, wait: bool) -> Iterator[bool]:
+        with self._guard:
+            lock = self._locks[namespace]
+        if not lock.acquire(blocking=wait):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+
+class AtomicFileStore(LocalFileStore, MemoryStore):
+    """A `LocalFileStore` whose writes replace each file atomically (a process killed mid-write leaves the old
+    value or the new one, never a torn file), with an OS file lock per namespace (``<namespace>/.lock``).
+
+    Taking the lock also removes temporary files that killed writers left in the namespace: while it is held,
+    no other writer of that namespace can have one in flight.
+    """
+
+    def __init__(self, root_path: str | os.PathLike) -> None:
+        super().__init__(root_path)
+        self._threads = _ProcessLocks()  # flock is per open file; this also orders this process's own threads
 
     def mset(self, key_value_pairs: Sequence[tuple[str, bytes]]) -> None:
         for key, value in key_value_pairs:
             path = self._get_full_path(key)
             self._mkdir_for_store(path.parent)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(value)
@@ -46,45 +95,121 @@ class AtomicFileStore(LocalFileStore):
                 Path(tmp).unlink(missing_ok=True)
                 raise
 
+    def mdelete(self, keys: Sequence[str]) -> None:
+        super().mdelete(keys)
+        for key in keys:  # folders left empty (a forgotten session's) go too
+            folder = self._get_full_path(key).parent
+            while folder != self.root_path and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
+
     def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
-        # Temporary files of an interrupted write are not keys.
-        return (k for k in super().yield_keys(prefix=prefix) if not Path(k).name.startswith(".tmp-"))
+        # Temporary files of an interrupted write and lock files are not keys.
+        return (k for k in super().yield_keys(prefix=prefix) if not Path(k).name.startswith("."))
+
+    @contextmanager
+    def writer(self, namespace: str, *, wait: bool = True) -> Iterator[bool]:
+        folder = self._get_full_path(namespace)
+        with self._threads.hold(namespace, wait) as held:
+            if not held:
+                yield False
+                return
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / LOCK_NAME, "a+b") as handle:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    for stale in folder.rglob(TEMPORARY_PREFIX + "*"):
+                        stale.unlink(missing_ok=True)
+                    yield True
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def open_store(directory: str | os.PathLike | None = None) -> ByteStore:
-    """The default byte store: atomic files under the memory directory."""
-    root = Path(directory) if directory is not None else default_memory_dir()
-    root.mkdir(parents=True, exist_ok=True)
+class InMemoryStore(InMemoryByteStore, MemoryStore):
+    """An in-memory byte store (tests, throwaway runs); writers are serialized within the process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writers = _ProcessLocks()
+
+    def writer(self, namespace: str, *, wait: bool = True):
+        return self._writers.hold(namespace, wait)
+
+
+class LockedStore(MemoryStore):
+    """Any other LangChain byte store, its writers serialized within this process only: use a backend with
+    its own locks (files, PostgreSQL) when several processes write one user."""
+
+    def __init__(self, store: BaseStore[str, bytes]) -> None:
+        self._store, self._writers = store, _ProcessLocks()
+        self.mget, self.mset, self.mdelete, self.yield_keys = store.mget, store.mset, store.mdelete, store.yield_keys
+
+    def writer(self, namespace: str, *, wait: bool = True):
+        return self._writers.hold(namespace, wait)
+
+
+def open_store(location: str | os.PathLike | BaseStore | None = None) -> MemoryStore:
+    """The store at `location`: a directory (or ``file://`` URL) of atomic files, by default the memory
+    directory; a byte store object is used as it is (wrapped with process-local writer locks if it has none)."""
+    if isinstance(location, MemoryStore):
+        return location
+    if isinstance(location, BaseStore):
+        return LockedStore(location)
+    text = str(location) if location is not None else ""
+    root = Path(text.removeprefix("file://")) if text else default_memory_dir()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"memory directory {str(root)!r} is a file, not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create memory directory {str(root)!r}: {exc.strerror or exc}") from None
     return AtomicFileStore(root)
 
 
-def memory_store() -> ByteStore:
+def memory_store() -> InMemoryStore:
     """An in-memory byte store (tests, throwaway runs)."""
-    return InMemoryByteStore()
+    return InMemoryStore()
 
 
-# Keys of LocalFileStore are limited to this alphabet; other session ids are hex-encoded.
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# A plain name is readable and safe on every file system: lower case only (case-insensitive systems would
+# merge "Alice" and "alice"), no leading dot (lock and temporary files), no trailing dot, no device name.
+_PLAIN_KEY = re.compile(r"^[a-z0-9_][a-z0-9_.\-]{0,99}$")
+_DEVICE_NAMES = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
+_MAX_HEX_BYTES = 100  # "x-" + 200 hex digits stays far below the usual 255-byte limit on a file name
 
 
-def session_key(session_id: str) -> str:
-    """The storage name of a session id (readable when the id is plain, hex-encoded otherwise)."""
-    # "." is plain but names the parent directory in a file store: "users/./" would be every user's keys.
-    plain = _PLAIN_KEY.match(session_id) and session_id != "." and not session_id.startswith("x-")
-    return session_id if plain else "x-" + session_id.encode().hex()
+def session_key(identifier: str) -> str:
+    """The storage name of a user or session id: the id itself when plain, else hex-encoded ("x-..."), else,
+    for long ids, a SHA-256 digest ("h-..."). Injective, and case-insensitive file systems keep it so."""
+    plain = _PLAIN_KEY.match(identifier) and not identifier.endswith(".") and not _DEVICE_NAMES.match(identifier)
+    if plain and not identifier.startswith(("x-", "h-")):
+        return identifier
+    raw = identifier.encode("utf-8")
+    return "x-" + raw.hex() if len(raw) <= _MAX_HEX_BYTES else "h-" + hashlib.sha256(raw).hexdigest()
 
 
 class UserStore:
-    """One user's namespace in a byte store. JSON and text helpers on top of `mget`/`mset`."""
+    """One user's namespace in a store: JSON and text helpers on top of `mget`/`mset`, and its writer lock."""
 
-    def __init__(self, store: BaseStore[str, bytes], user_id: str):
+    def __init__(self, store: MemoryStore, user_id: str):
         self.user_id = check_id(user_id, "user")
         self._store = store
         self.root = f"users/{session_key(user_id)}"  # the user's folder in a file store
         self._prefix = self.root + "/"
 
+    def writer(self, *, wait: bool = True):
+        """The user's writer lock (a context manager yielding whether it was taken)."""
+        return self._store.writer(self.root, wait=wait)
+
     def get(self, key: str) -> bytes | None:
         return self._store.mget([self._prefix + key])[0]
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return self._store.mget([self._prefix + k for k in keys])
 
     def put(self, items: dict[str, bytes]) -> None:
         self._store.mset([(self._prefix + k, v) for k, v in items.items()])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.models import get_chat_model
 from apdmem.nodes.common import usage_update
 from apdmem.nodes.notes import generate
 
@@ -18,5 +17,5 @@ def answer(state, runtime) -> dict:
     if state.get("evidence"):
         prompt = prompts.ANSWER.format(today=state.get("today", ""), question=state["question"],
                                        notes=state.get("notes", ""), draft=draft or "(none)")
-        reply = generate(get_chat_model(ctx.generator_model, ctx.base_url), prompt, usage)
+        reply = generate(ctx.settings.generator(), prompt, usage)
     return {"answer": reply or draft or NOT_FOUND, **usage_update("answer", usage)}

@@ -1,4 +1,5 @@
-"""Small things every node needs: the question date, token accounting, run metadata, stream events."""
+"""Small things every node needs: the user's memory, the question date, token accounting, run metadata,
+stream events."""
 
 from __future__ import annotations
 
@@ -6,8 +7,28 @@ from datetime import datetime
 
 from langsmith.run_helpers import get_current_run_tree
 
+from apdmem.errors import ConfigError
 from apdmem.memory.loaders import parse_date
 from apdmem.memory.records import Usage
+
+
+def authenticated_user(runtime) -> str | None:
+    """The identity a LangGraph server's auth handler established for this run, if any."""
+    server = getattr(runtime, "server_info", None)
+    user = getattr(server, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return user.identity
+
+
+def open_memory(runtime):
+    """The memory this run reads. Behind server auth it is the authenticated user's, whatever the run's
+    context claims: a context naming another user is refused."""
+    ctx = runtime.context
+    user = authenticated_user(runtime)
+    if user is not None and ctx.user_id not in (user, "default"):
+        raise ConfigError(f"this run is authenticated as {user!r} and cannot read the memory of {ctx.user_id!r}")
+    return ctx.open_memory(user)
 
 
 def question_today(state) -> datetime:

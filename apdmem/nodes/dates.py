@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.models import ask_structured, get_chat_model
+from apdmem.models import ask_structured
 from apdmem.nodes.common import question_today, usage_update
 
 WEEKDAYS = [d.lower() for d in calendar.day_name]
@@ -193,5 +193,5 @@ def normalize_dates(state, runtime) -> dict:
     if ctx.date_normalization:
         hints = resolve_relative_dates(state["question"], today)
         if unresolved_cues(state["question"], hints):
-            hints += resolve_with_model(state["question"], today, get_chat_model(ctx.controller_model, ctx.base_url), usage)
+            hints += resolve_with_model(state["question"], today, ctx.settings.controller(), usage)
     return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints], **usage_update("normalize_dates", usage)}

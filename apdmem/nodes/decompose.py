@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.models import ask_structured, get_chat_model
+from apdmem.models import ask_structured
 from apdmem.nodes.common import usage_update
 
 
@@ -23,7 +23,7 @@ def decompose(state, runtime) -> dict:
     queries = [question]
     if ctx.decomposition:
         prompt = prompts.DECOMPOSE.format(today=state.get("today", ""), question=question, max_queries=ctx.max_queries)
-        out = ask_structured(get_chat_model(ctx.controller_model, ctx.base_url), SubQueries, prompt, usage)
+        out = ask_structured(ctx.settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
             query = query.strip()
             if query and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from apdmem.graph.state import LAYER_DEPTH, Drill
 from apdmem.memory.records import Usage
-from apdmem.nodes.common import annotate, emit, usage_update
+from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.tools import read_facts, read_notes, read_raw
 
 READERS = {"L1": read_facts, "L2": read_notes, "L3": read_raw}
@@ -44,7 +44,7 @@ def default_targets(state, ctx) -> list[dict]:
 
 def drill(state, runtime) -> dict:
     ctx = runtime.context
-    memory = ctx.open_memory()
+    memory = open_memory(runtime)
     targets = state.get("targets") or default_targets(state, ctx)
     step, opened, candidates = state.get("step", 0), dict(state.get("opened", {})), state.get("candidates", {})
     seen = {(e["session_id"], e["layer"], e["turn"], e["text"]) for e in state.get("evidence", [])}

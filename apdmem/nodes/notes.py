@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.models import get_chat_model
 from apdmem.nodes.common import annotate, usage_update
 from apdmem.tools import format_evidence
 
@@ -24,7 +23,7 @@ def synthesize_notes(state, runtime) -> dict:
             date_hints="Dates: " + "; ".join(state["date_hints"]) if state.get("date_hints") else "",
             evidence=evidence,
         )
-        notes = generate(get_chat_model(ctx.generator_model, ctx.base_url), prompt, usage)
+        notes = generate(ctx.settings.generator(), prompt, usage)
     notes = notes or ("## Evidence\n" + evidence if evidence else "No relevant memory was found.")
     annotate(evidence_items=len(state.get("evidence", [])))
     return {"notes": notes, **usage_update("synthesize_notes", usage)}

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from apdmem import prompts
 from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.records import Usage
-from apdmem.models import ask_structured, get_chat_model
+from apdmem.models import ask_structured
 from apdmem.nodes.common import annotate, usage_update
 from apdmem.nodes.drill import default_targets
 from apdmem.tools import format_evidence
@@ -73,7 +73,7 @@ def reflect(state, runtime) -> dict:
             step=state.get("step", 0),
             tmax=ctx.tmax,
         )
-        decision = ask_structured(get_chat_model(ctx.controller_model, ctx.base_url), Reflection, prompt, usage)
+        decision = ask_structured(ctx.settings.controller(), Reflection, prompt, usage)
     decision = decision or fallback(state, ctx)
     candidates, searched = state.get("candidates", {}), set(state.get("searched", []))
     targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions[:5] if s in candidates]

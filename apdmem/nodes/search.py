@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apdmem.nodes.common import annotate, emit
+from apdmem.nodes.common import annotate, emit, open_memory
 from apdmem.tools import search_memory
 
 
@@ -13,7 +13,7 @@ def search(state, runtime) -> dict:
     searched = set(state.get("searched", []))
     queries = [q for q in state.get("queries", []) if q not in searched]
     candidates = {sid: {**c, "spans": list(c["spans"])} for sid, c in state.get("candidates", {}).items()}
-    docs = search_memory(ctx.open_memory(), queries, k=ctx.top_k) if queries else []
+    docs = search_memory(open_memory(runtime), queries, k=ctx.top_k) if queries else []
     for doc in docs:
         meta = doc.metadata
         slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0, "spans": []})
