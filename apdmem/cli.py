@@ -59,6 +59,15 @@ def cmd_sessions(args) -> None:
         print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
 
 
+def cmd_token(args) -> None:
+    from apdmem.auth import SECRET_ENV, make_token
+
+    secret = os.environ.get(SECRET_ENV)
+    if not secret:
+        raise ConfigError(f"set {SECRET_ENV} to the LangGraph server's secret to sign tokens")
+    print(make_token(args.user_id, secret, days=args.days))
+
+
 def _context(args, memory):
     from apdmem.graph import Context, Settings
 
@@ -199,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
+    p = sub.add_parser("token", help="a signed token for a user of a LangGraph server with auth on ($APDMEM_AUTH_SECRET)")
+    p.add_argument("user_id")
+    p.add_argument("--days", type=positive, default=30, help="validity (default 30 days)")
+    p.set_defaults(func=cmd_token)
     p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real conversation and answer its question")
     p.set_defaults(func=cmd_demo)
 

@@ -4,17 +4,21 @@ and the graph served by `langgraph dev` (langgraph.json). Slow: each test starts
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from graph_helpers import clean_environment, free_port, run_graph
 from langgraph_sdk import get_sync_client
+from langgraph_sdk.errors import NotFoundError
 from pydantic import BaseModel
 
+from apdmem.auth import make_token
 from apdmem.graph import Context, Settings
 from apdmem.memory import Memory
 from apdmem.memory.records import Usage
@@ -115,15 +119,13 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
 # --- langgraph dev ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def langgraph_server(tmp_path_factory, history):
-    """`langgraph dev` from the repository root over a memory directory holding user "alice"; yields its URL."""
-    memory_dir = tmp_path_factory.mktemp("memory")
-    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history)
-    port, log = free_port(), memory_dir.parent / "langgraph.log"
+@contextmanager
+def langgraph_dev(memory_dir: Path, **env: str):
+    """`langgraph dev` from the repository root over `memory_dir`; yields its URL."""
+    port, log = free_port(), memory_dir.parent / f"langgraph-{memory_dir.name}.log"
     state_dir = ROOT / ".langgraph_api"  # where `langgraph dev` keeps its in-memory runtime's state
     had_state = state_dir.exists()
-    env = server_env(LANGGRAPH_CLI_NO_ANALYTICS="1", APDMEM_MEMORY_DIR=str(memory_dir))
+    env = server_env(LANGGRAPH_CLI_NO_ANALYTICS="1", APDMEM_MEMORY_DIR=str(memory_dir), **env)
     with log.open("w") as out:
         process = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config", "langgraph.json"],
@@ -143,6 +145,15 @@ def langgraph_server(tmp_path_factory, history):
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def langgraph_server(tmp_path_factory, history):
+    """`langgraph dev` without auth over a memory directory holding user "alice"."""
+    memory_dir = tmp_path_factory.mktemp("memory")
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history)
+    with langgraph_dev(memory_dir) as url:
+        yield url
+
+
 def test_langgraph_dev_serves_the_graph(langgraph_server):
     client = get_sync_client(url=langgraph_server)
     assert "apdmem" in {a["graph_id"] for a in client.assistants.search(graph_id="apdmem")}
@@ -151,3 +162,80 @@ def test_langgraph_dev_serves_the_graph(langgraph_server):
     assert isinstance(out["answer"], str) and out["answer"].strip()
     assert "s-dog" in out["opened"] and out["step"] <= 4
     assert set(out) <= {"answer", "notes", "draft", "evidence", "opened", "drills", "step", "stop_reason", "usage"}
+
+
+# --- a server with auth on: a run's context chooses per-question options only -------------------------------
+
+SECRET = "a-test-secret-of-some-length"
+# Only the final answer calls the model: the drills read raw messages, nothing else is asked.
+QUICK = {"controller": False, "layers": "L3", "organized_notes": False, "draft_answer": False, "decomposition": False,
+         "date_normalization": False, "tmax": 3}
+
+
+@pytest.fixture(scope="module")
+def secured_server(tmp_path_factory, history):
+    """`langgraph dev` with APDMEM_AUTH_SECRET set, over alice's (dog, hiking ...) and bob's (guitar ...) memories."""
+    memory_dir = tmp_path_factory.mktemp("secured")
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history[:4])
+    Memory("bob", store=str(memory_dir), l0_mode="raw").ingest(history[4:])
+    with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=SECRET) as url:
+        yield url, memory_dir
+
+
+def client_of(url: str, user: str | None):
+    headers = {"Authorization": f"Bearer {make_token(user, SECRET)}"} if user else None
+    return get_sync_client(url=url, headers=headers)
+
+
+def sessions_read(out: dict) -> set[str]:
+    return {e["session_id"] for e in out["evidence"]}
+
+
+def test_with_auth_on_a_user_reads_only_their_own_memory(secured_server):
+    url, _ = secured_server
+    inputs = {"question": QUESTION, "question_date": QUESTION_DATE}
+    with pytest.raises(httpx.HTTPStatusError, match="401"):
+        client_of(url, None).runs.wait(None, "apdmem", input=inputs, context=QUICK)
+    forged = get_sync_client(url=url, headers={"Authorization": f"Bearer {make_token('alice', 'another-secret-entirely')}"})
+    with pytest.raises(httpx.HTTPStatusError, match="401"):
+        forged.runs.wait(None, "apdmem", input=inputs, context=QUICK)
+
+    alice = client_of(url, "alice").runs.wait(None, "apdmem", input=inputs, context=QUICK)
+    assert "s-dog" in sessions_read(alice) and sessions_read(alice) <= {"s-hiking", "s-dog", "s-bread", "s-job"}
+    bob = client_of(url, "bob").runs.wait(None, "apdmem", input=inputs, context=QUICK)
+    assert sessions_read(bob) and sessions_read(bob) <= {"s-guitar", "s-japan", "s-knee"}
+    # bob naming alice in his run's context: refused, and nothing of alice's memory comes back
+    with pytest.raises(Exception, match="authenticated as 'bob' and cannot read the memory of 'alice'") as refused:
+        client_of(url, "bob").runs.wait(None, "apdmem", input=inputs, context={**QUICK, "user_id": "alice"})
+    assert "Biscuit" not in str(refused.value)
+
+
+def test_a_run_context_cannot_move_the_store_or_the_model_endpoint(secured_server, tmp_path):
+    url, _ = secured_server
+    elsewhere = tmp_path / "elsewhere"
+    with socket.socket() as listener:  # a model server a client would like the server to call, with its key
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        bait = {"memory_dir": str(elsewhere), "store": str(elsewhere), "base_url": f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
+                "controller_model": "openai:gpt-4.1", "embeddings": "openai:text-embedding-3-small"}
+        out = client_of(url, "alice").runs.wait(None, "apdmem", input={"question": QUESTION, "question_date": QUESTION_DATE},
+                                                context={**QUICK, **bait})
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nobody called
+    assert "s-dog" in sessions_read(out)  # the server's own store, the server's own models
+    assert not elsewhere.exists()
+    with pytest.raises(Exception, match="'settings' must be a Settings object"):
+        client_of(url, "alice").runs.wait(None, "apdmem", input={"question": QUESTION}, context={"settings": {"store": str(elsewhere)}})
+    assert not elsewhere.exists()
+
+
+def test_a_user_cannot_read_another_users_thread(secured_server):
+    url, _ = secured_server
+    alice, bob = client_of(url, "alice"), client_of(url, "bob")
+    thread = alice.threads.create()
+    alice.runs.wait(thread["thread_id"], "apdmem", input={"question": QUESTION, "question_date": QUESTION_DATE}, context=QUICK)
+    assert "s-dog" in alice.threads.get_state(thread["thread_id"])["values"]["opened"]
+    with pytest.raises(NotFoundError):
+        bob.threads.get_state(thread["thread_id"])
+    assert thread["thread_id"] not in {t["thread_id"] for t in bob.threads.search()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from langgraph_sdk.auth.types import StudioUser
 from langsmith.run_helpers import get_current_run_tree
 
 from apdmem.errors import ConfigError
@@ -16,7 +17,8 @@ def authenticated_user(runtime) -> str | None:
     """The identity a LangGraph server's auth handler established for this run, if any."""
     server = getattr(runtime, "server_info", None)
     user = getattr(server, "user", None)
-    if user is None or not getattr(user, "is_authenticated", False):
+    # Studio's developers (authenticated by LangSmith, not by apdmem) act as operators and may pick the user.
+    if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, StudioUser):
         return None
     return user.identity
 
