@@ -231,8 +231,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="%(message)s", level=logging.WARNING)  # repairs are reported on stderr
-    args = build_parser().parse_args(argv)
+    # Repairs and clean-ups are reported on stderr, one line each, whatever logging the host process set up.
+    log, handler = logging.getLogger("apdmem"), logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    propagate, log.propagate = log.propagate, False
+    try:
+        return _run(argv)
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # usage errors (already printed in one line) and --help
+        return int(exc.code or 0)
     try:
         args.func(args)
         sys.stdout.flush()

@@ -177,7 +177,8 @@ def _read(path: Path) -> Any:
         try:
             return _loads(text)
         except InputError as e:  # unless a one-line value is followed by more: JSON lines under another name
-            if e.__cause__.msg != "Extra data" or "\n" in text[: e.__cause__.pos].strip():
+            cause = e.__cause__
+            if not isinstance(cause, json.JSONDecodeError) or cause.msg != "Extra data" or "\n" in text[: cause.pos].strip():
                 raise
     # split on "\n" only: JSON strings may hold U+2028 and other characters that splitlines() breaks at
     return [_loads(line, n) for n, line in enumerate(text.split("\n")) if line.strip()]

@@ -126,6 +126,9 @@ class Memory:
         self._swap = threading.Lock()
         self._current = Generation(None, self._parse_manifest(None), None)
         self.refresh()
+        with self._writing, self.store.writer(wait=False) as held:  # start-up cleaning, unless a writer is busy
+            if held and self.store.get("manifest.json") == self._current.raw:
+                self._sweep(self._current)
 
     # --- models ----------------------------------------------------------------------------------------
 
@@ -263,9 +266,15 @@ class Memory:
         return committed
 
     def _sweep(self, generation: Generation) -> None:
-        """Delete files of sessions that are not listed (left by a killed ingestion or forget)."""
+        """Delete what a killed writer left: files of sessions that are not listed (an ingestion or a forget
+        stopped half way) and index files of other generations. Called under the writer lock."""
         listed = {session_key(s) for s in generation.manifest["sessions"]}
-        self.store.delete([k for k in self.store.keys("sessions/") if k.split("/")[1] not in listed])
+        stale = [k for k in self.store.keys("sessions/") if k.split("/")[1] not in listed]
+        stale += [k for k in self.store.keys("index/") if generation.raw is None or k.split("/")[1] != str(generation.number)]
+        if stale:
+            self.store.delete(stale)
+            log.warning("apdmem: removed %d file(s) left by an interrupted write in the memory of user %r: %s",
+                        len(stale), self.user_id, ", ".join(sorted({"/".join(k.split("/")[:2]) for k in stale})))
 
     def _repair(self, raw: bytes | None, damage: str) -> Generation:
         """Rebuild what a reader could not use (under the writer lock): the listing from the stored sessions if
@@ -303,6 +312,9 @@ class Memory:
 
     def _key(self, session_id: str, name: str) -> str:
         return f"sessions/{session_key(session_id)}/{name}"
+
+    def _delete_files(self, session_id: str) -> None:
+        self.store.delete(self.store.keys(f"sessions/{session_key(session_id)}/"))
 
     def _stored_session(self, key: str) -> Session | None:
         """The session stored under a session key; None when it is missing or unreadable."""
@@ -399,7 +411,8 @@ class Memory:
                     current.index.remove(sid)
                     del current.manifest["sessions"][sid]
                 current = self._commit(current)
-            self._sweep(current)  # files of unlisted sessions: the replaced versions, or a killed run's leftovers
+                for sid in replaced:
+                    self._delete_files(sid)
             generation = self._derive(current)
             construction = generation.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
             for key, value in vars(spent).items():
@@ -427,7 +440,8 @@ class Memory:
             del generation.manifest["sessions"][session_id]
             # The new generation first (its commit drops the old index, which holds the session's L0 text),
             # then the files: a kill in between leaves unlisted files, which the next writer deletes.
-            self._sweep(self._commit(generation))
+            self._commit(generation)
+            self._delete_files(session_id)
 
     # --- reading ----------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -28,6 +29,7 @@ from apdmem.errors import ConfigError
 from apdmem.memory.records import check_id
 
 MEMORY_DIR_ENV = "APDMEM_MEMORY_DIR"
+log = logging.getLogger("apdmem")
 TEMPORARY_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
 
@@ -122,8 +124,12 @@ class AtomicFileStore(LocalFileStore, MemoryStore):
                     yield False
                     return
                 try:
-                    for stale in folder.rglob(TEMPORARY_PREFIX + "*"):
-                        stale.unlink(missing_ok=True)
+                    stale = list(folder.rglob(TEMPORARY_PREFIX + "*"))
+                    for path in stale:
+                        path.unlink(missing_ok=True)
+                    if stale:
+                        log.warning("apdmem: removed %d temporary file(s) left in %s by an interrupted write",
+                                    len(stale), namespace)
                     yield True
                 finally:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
