@@ -59,6 +59,19 @@ def cmd_sessions(args) -> None:
         print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
 
 
+def cmd_migrate(args) -> None:
+    from apdmem.memory.migrate import migrate
+
+    copied = migrate(args.source, args.target, users=args.users, verify=not args.no_verify, progress=not args.quiet)
+    for m in copied:
+        check = "" if args.no_verify else ("; verified: same sessions, same search results" if m.verified else
+                                           f"; CHECK FAILED (same sessions: {m.same_sessions}, same results: {m.same_results})")
+        print(f"{m.user_id}: {m.keys} keys, {m.sessions} sessions{check}")
+    if not args.no_verify and not all(m.verified for m in copied):
+        raise ConfigError("the copy differs from the source; the source is unchanged")
+    print(f"{len(copied)} user(s) copied")
+
+
 def cmd_token(args) -> None:
     from apdmem.auth import SECRET_ENV, make_token
 
@@ -208,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
+    p = sub.add_parser("migrate", help="copy memories from one store to another (e.g. into PostgreSQL) and check the copy")
+    p.add_argument("--from", dest="source", required=True, help="source store: a directory or postgresql:// URL")
+    p.add_argument("--to", dest="target", required=True, help="target store: a postgresql:// URL or a directory")
+    p.add_argument("--user", dest="users", action="append", default=None, help="only this user (repeatable)")
+    p.add_argument("--no-verify", action="store_true", help="skip the check (same sessions, same search results)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_migrate)
     p = sub.add_parser("token", help="a signed token for a user of a LangGraph server with auth on ($APDMEM_AUTH_SECRET)")
     p.add_argument("user_id")
     p.add_argument("--days", type=positive, default=30, help="validity (default 30 days)")

@@ -2,9 +2,11 @@
 topic per session, and a factory of raw-mode memories."""
 
 import os
+import uuid
 from datetime import datetime
 
 import pytest
+from pg_cluster import UNAVAILABLE, start_cluster
 
 from apdmem.memory import Memory, Session, Turn
 from apdmem.memory.store import memory_store
@@ -110,3 +112,31 @@ def make_memory(embeddings):
         return Memory(user, store=memory_store() if store is None else store, **options)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL cluster on loopback for the whole test run. Tests that need it are skipped when
+    none can be started, unless APDMEM_REQUIRE_POSTGRES is set (CI), where that is a failure."""
+    cluster = start_cluster(durable=False)
+    if cluster is None:
+        reason = f"no PostgreSQL could be started: {UNAVAILABLE[-1]}"
+        if os.environ.get("APDMEM_REQUIRE_POSTGRES"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres) -> str:
+    """The URL of a new, empty database of the test cluster."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    postgres.psql(f"CREATE DATABASE {name}")
+    return postgres.url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(params=["files", "postgres"])
+def store_location(request, tmp_path) -> str:
+    """Where a memory lives, once per backend: a new directory, or a new PostgreSQL database."""
+    return str(tmp_path / "mem") if request.param == "files" else request.getfixturevalue("postgres_url")

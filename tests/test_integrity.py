@@ -66,7 +66,16 @@ def files(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
-def containing(directory: Path, needle: bytes) -> list[str]:
+def containing(location: str | Path, needle: bytes) -> list[str]:
+    """Every stored value holding `needle`: files under a directory, or rows of a PostgreSQL store."""
+    if str(location).startswith("postgresql://"):
+        from sqlalchemy import text
+
+        with open_store(str(location)).engine.connect() as connection:
+            rows = connection.execute(text("SELECT namespace || '/' || key FROM langchain_key_value_stores "
+                                           "WHERE position(:needle IN value) > 0"), {"needle": needle})
+            return [row[0] for row in rows]
+    directory = Path(location)
     return [str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
@@ -75,9 +84,9 @@ def containing(directory: Path, needle: bytes) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("writers", [2, 4])
-def test_concurrent_ingest_processes_lose_nothing(tmp_path, real_sessions, writers):
+def test_concurrent_ingest_processes_lose_nothing(tmp_path, real_sessions, writers, store_location):
     per_writer, rounds = 8, 3
-    store, done = tmp_path / "mem", []
+    store, done = store_location, []
     offset = 0 if writers == 2 else 100  # other sessions for the other case
     for round_ in range(rounds):
         batches = []
@@ -101,8 +110,8 @@ def test_concurrent_ingest_processes_lose_nothing(tmp_path, real_sessions, write
 
 
 @pytest.mark.slow
-def test_ingest_and_forget_together_keep_the_store_usable(tmp_path, real_sessions):
-    store = tmp_path / "mem"
+def test_ingest_and_forget_together_keep_the_store_usable(tmp_path, real_sessions, store_location):
+    store = store_location
     first, second = real_sessions[:12], real_sessions[12:40]
     Memory("dave", store=str(store), l0_mode="raw").ingest(first)
     doomed = [s.session_id for s in first[:4]]
@@ -154,8 +163,8 @@ json.dump({"generations": sorted(seen), "errors": errors, "searches": searches},
 
 
 @pytest.mark.slow
-def test_searches_during_ingestion_always_read_a_complete_generation(tmp_path, real_sessions):
-    store, stop, report = tmp_path / "mem", tmp_path / "stop", tmp_path / "searcher.json"
+def test_searches_during_ingestion_always_read_a_complete_generation(tmp_path, real_sessions, store_location):
+    store, stop, report = store_location, tmp_path / "stop", tmp_path / "searcher.json"
     Memory("erin", store=str(store), l0_mode="raw").ingest(real_sessions[:3])
     (tmp_path / "searcher.py").write_text(SEARCHER)
     searcher = subprocess.Popen([sys.executable, str(tmp_path / "searcher.py"), str(store), str(stop), str(report)],

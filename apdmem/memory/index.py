@@ -23,6 +23,8 @@ from rank_bm25 import BM25Okapi
 from apdmem.memory.records import Unit
 
 SPARSE_THRESHOLD = 20_000
+# Names what `tokenize` does; saved with each unit table so that tokens saved by another tokenizer are not reused.
+TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
 faiss.omp_set_num_threads(1)
 K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
@@ -161,12 +163,19 @@ def unit_tokens(unit) -> list[str]:
     return tokenize(" ".join([unit.summary, *unit.keywords, *unit.tags]))
 
 
+def _token_lists(tokens: object, n: int) -> bool:
+    # The words themselves are not checked one by one (too slow for a cold open): anything hashable only fails
+    # to match, and an unhashable word makes the lexical index refuse the lists (then they are tokenized again).
+    return isinstance(tokens, list) and len(tokens) == n and all(isinstance(t, list) for t in tokens)
+
+
 class UnitIndex:
     """The table of L0 units with both indexes over it. Forgotten units stay as dead rows until `compact`."""
 
     def __init__(self, dimension: int, lexical: str = "auto", expected_size: int = 0):
         self.dimension, self.lexical_kind = dimension, lexical
         self.units: list = []
+        self.tokens: list[list[str]] = []  # what BM25 indexes of each unit, saved with the table (tokenizing is slow)
         self.alive = np.zeros(0, dtype=bool)
         self.lexical = make_lexical(lexical, expected_size)
         self.dense = DenseIndex(dimension)
@@ -174,12 +183,15 @@ class UnitIndex:
     def __len__(self) -> int:
         return int(self.alive.sum())
 
-    def add(self, units: list, vectors: np.ndarray) -> None:
-        """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order."""
+    def add(self, units: list, vectors: np.ndarray, tokens: list[list[str]] | None = None) -> None:
+        """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order; `tokens` are
+        the units' BM25 tokens when already known."""
         first = len(self.units)
+        tokens = tokens if tokens is not None else [unit_tokens(u) for u in units]
         self.units.extend(units)
+        self.tokens.extend(tokens)
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
-        self.lexical.add([unit_tokens(u) for u in units])
+        self.lexical.add(tokens)
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
         self.dense.add(vectors, rows)
 
@@ -191,7 +203,8 @@ class UnitIndex:
         """
         live = self if self.alive.all() else self.compact()
         units = [{k: v for k, v in u.to_json().items() if k != "embed_texts"} for u in live.units]
-        table = {"dimension": self.dimension, "units": units, "vector_units": live.dense.rows.tolist()}
+        table = {"dimension": self.dimension, "units": units, "vector_units": live.dense.rows.tolist(),
+                 "tokenizer": TOKENIZER, "tokens": live.tokens}
         return json.dumps(table, ensure_ascii=False).encode(), live.dense.vectors().astype("<f4").tobytes()
 
     @classmethod
@@ -205,9 +218,18 @@ class UnitIndex:
             raise ValueError(f"unreadable unit table ({exc})") from None
         if dimension < 1 or len(vectors) != 4 * dimension * len(rows) or any(not 0 <= r < len(units) for r in rows):
             raise ValueError("unit table and vectors do not match")
+        tokens = data.get("tokens")
+        if data.get("tokenizer") != TOKENIZER or not _token_lists(tokens, len(units)):
+            tokens = [unit_tokens(u) for u in units]  # saved by another tokenizer, or damaged: tokenize again
         index = cls(dimension, lexical, len(units))
         index.units, index.alive = units, np.ones(len(units), dtype=bool)
-        index.lexical.add([unit_tokens(u) for u in units])
+        try:
+            index.lexical.add(tokens)
+        except TypeError:  # an unhashable "word": damaged lists
+            tokens = [unit_tokens(u) for u in units]
+            index.lexical = make_lexical(lexical, len(units))
+            index.lexical.add(tokens)
+        index.tokens = tokens
         index.dense.add(np.frombuffer(vectors, dtype="<f4").reshape(len(rows), dimension), rows)
         return index
 
@@ -223,7 +245,8 @@ class UnitIndex:
         renumbered[live] = np.arange(len(live))
         fresh = UnitIndex(self.dimension, self.lexical_kind, len(live))
         fresh.units, fresh.alive = [self.units[r] for r in live], np.ones(len(live), dtype=bool)
-        fresh.lexical.add([unit_tokens(u) for u in fresh.units])
+        fresh.tokens = [self.tokens[r] for r in live]
+        fresh.lexical.add(fresh.tokens)
         keep = self.alive[self.dense.rows]
         fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())
         return fresh

@@ -183,7 +183,7 @@ class Memory:
 
     def _parse_manifest(self, raw: bytes | None) -> dict:
         if raw is None:
-            return {"format": FORMAT, "generation": 0, "embeddings": self._space, "sessions": {}}
+            return {"format": FORMAT, "generation": 0, "user_id": self.user_id, "embeddings": self._space, "sessions": {}}
         try:
             manifest = json.loads(raw)
             assert isinstance(manifest, dict) and isinstance(manifest.get("generation"), int)

@@ -1,10 +1,11 @@
 """Per-user storage of layer documents behind LangChain's `ByteStore` interface, with per-user writer locks.
 
-A backend is a `ByteStore` that can also serialize the writers of one namespace across processes
-(`MemoryStore.writer`). Every key a `UserStore` reads or writes lives under ``users/<user key>/``; user and
-session ids are validated and encoded so that no call made for one user can name another user's keys, on
-case-sensitive and case-insensitive file systems alike. Values are bytes (JSON, Markdown, float32 vectors):
-nothing loaded from a store is ever executed or unpickled, and no stored value names a file to open.
+A backend (`MemoryStore`) gives each namespace (``users/<user key>``) a LangChain byte store of its own, and
+serializes the writers of a namespace across processes. Backends: atomic files (the default), PostgreSQL
+(`apdmem.memory.postgres`), and, within one process, memory or any LangChain byte store. User and session ids
+are validated and encoded so that no call made for one user can name another user's keys, on case-sensitive
+and case-insensitive file systems alike. Values are bytes (JSON, Markdown, float32 vectors): nothing loaded
+from a store is ever executed or unpickled, and no stored value names a file to open.
 """
 
 from __future__ import annotations
@@ -40,14 +41,43 @@ def default_memory_dir() -> Path:
 
 
 class MemoryStore:
-    """What `Memory` needs of a byte store beyond `mget`/`mset`/`mdelete`/`yield_keys`: a writer lock per
-    namespace. Holding it, a writer is the only one changing that namespace (readers never take it).
+    """Where memories live: a byte store per namespace, and a writer lock per namespace.
 
-    `writer(namespace, wait=False)` yields False instead of waiting when another writer holds the lock.
+    - `namespace(name)`: a LangChain byte store of the keys under `name` (keys relative to it).
+    - `writer(name, wait=True)`: a context manager yielding True once this caller is the only writer of the
+      namespace (readers never take it), or False at once with ``wait=False`` if another writer holds it.
+      What a writer writes becomes visible to readers when it leaves, or as it goes (files: each write is
+      atomic and the manifest is written last).
+    - `namespaces(prefix)`: names of the namespaces under `prefix` that hold data.
     """
 
-    def writer(self, namespace: str, *, wait: bool = True):
+    def namespace(self, name: str) -> BaseStore[str, bytes]:
+        return _Prefixed(self, name)
+
+    def writer(self, name: str, *, wait: bool = True):
         raise NotImplementedError
+
+    def namespaces(self, prefix: str) -> list[str]:
+        return sorted({prefix + k[len(prefix) :].split("/")[0] for k in self.yield_keys(prefix=prefix)})
+
+
+class _Prefixed(BaseStore[str, bytes]):
+    """The keys of a path-keyed byte store that start with "<name>/", without that prefix."""
+
+    def __init__(self, store: BaseStore[str, bytes], name: str) -> None:
+        self._store, self._prefix = store, name + "/"
+
+    def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._store.mget([self._prefix + k for k in keys])
+
+    def mset(self, key_value_pairs: Sequence[tuple[str, bytes]]) -> None:
+        self._store.mset([(self._prefix + k, v) for k, v in key_value_pairs])
+
+    def mdelete(self, keys: Sequence[str]) -> None:
+        self._store.mdelete([self._prefix + k for k in keys])
+
+    def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
+        return (k[len(self._prefix) :] for k in self._store.yield_keys(prefix=self._prefix + (prefix or "")))
 
 
 class _ProcessLocks:
@@ -147,11 +177,11 @@ class InMemoryStore(InMemoryByteStore, MemoryStore):
 
 
 class LockedStore(MemoryStore):
-    """Any other LangChain byte store, its writers serialized within this process only: use a backend with
-    its own locks (files, PostgreSQL) when several processes write one user."""
+    """Any other LangChain byte store (path-like keys), its writers serialized within this process only: use a
+    backend with its own locks (files, PostgreSQL) when several processes write one user."""
 
     def __init__(self, store: BaseStore[str, bytes]) -> None:
-        self._store, self._writers = store, _ProcessLocks()
+        self._writers = _ProcessLocks()
         self.mget, self.mset, self.mdelete, self.yield_keys = store.mget, store.mset, store.mdelete, store.yield_keys
 
     def writer(self, namespace: str, *, wait: bool = True):
@@ -159,13 +189,19 @@ class LockedStore(MemoryStore):
 
 
 def open_store(location: str | os.PathLike | BaseStore | None = None) -> MemoryStore:
-    """The store at `location`: a directory (or ``file://`` URL) of atomic files, by default the memory
-    directory; a byte store object is used as it is (wrapped with process-local writer locks if it has none)."""
+    """The store at `location`: ``postgresql://user:password@host:port/database``; a directory (or a
+    ``file://`` URL) of atomic files, by default the memory directory; or a store object, used as it is
+    (a LangChain byte store gets process-local writer locks). A PostgreSQL store (its connection pool) is
+    shared within the process."""
     if isinstance(location, MemoryStore):
         return location
     if isinstance(location, BaseStore):
         return LockedStore(location)
     text = str(location) if location is not None else ""
+    if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        from apdmem.memory.postgres import open_postgres
+
+        return open_postgres(text)
     root = Path(text.removeprefix("file://")) if text else default_memory_dir()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"memory directory {str(root)!r} is a file, not a directory")
@@ -205,26 +241,27 @@ class UserStore:
         self.user_id = check_id(user_id, "user")
         self._store = store
         self.root = f"users/{session_key(user_id)}"  # the user's folder in a file store
-        self._prefix = self.root + "/"
+        self._kv = store.namespace(self.root)
 
     def writer(self, *, wait: bool = True):
         """The user's writer lock (a context manager yielding whether it was taken)."""
         return self._store.writer(self.root, wait=wait)
 
     def get(self, key: str) -> bytes | None:
-        return self._store.mget([self._prefix + key])[0]
+        return self._kv.mget([key])[0]
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
-        return self._store.mget([self._prefix + k for k in keys])
+        return self._kv.mget(keys)
 
     def put(self, items: dict[str, bytes]) -> None:
-        self._store.mset([(self._prefix + k, v) for k, v in items.items()])
+        self._kv.mset(list(items.items()))
 
     def delete(self, keys: list[str]) -> None:
-        self._store.mdelete([self._prefix + k for k in keys])
+        if keys:
+            self._kv.mdelete(keys)
 
     def keys(self, prefix: str = "") -> list[str]:
-        return [k[len(self._prefix) :] for k in self._store.yield_keys(prefix=self._prefix + prefix)]
+        return list(self._kv.yield_keys(prefix=prefix))
 
     def get_json(self, key: str, default=None):
         raw = self.get(key)
