@@ -273,6 +273,7 @@ def test_a_listed_session_without_its_files_is_reported_and_dropped(stored, caps
     code, out, err = cli(capsys, "sessions", "--user", "alice", "--store", str(directory))
     assert code == 0 and "s-dog" not in out and len(out.splitlines()) == len(HISTORY) - 1
     assert len(err.strip().splitlines()) == 1 and "dropped from the listing: s-dog" in err
+    assert "saved index kept" in err  # nothing re-embedded for a listing fix
     code, out, _ = cli(capsys, "search", "What is my dog's name?", "-k", "10", "--user", "alice", "--store", str(directory))
     assert code == 0 and "s-dog" not in out
 

@@ -218,10 +218,7 @@ class Memory:
             if self.store.get("manifest.json") != raw:
                 raise _Stale() from None
             raise _Damaged(f"index of generation {number} is damaged: {exc}") from None
-        counts: dict[str, int] = {}
-        for unit in index.units:
-            counts[unit.session_id] = counts.get(unit.session_id, 0) + 1
-        if counts != {s: m["units"] for s, m in manifest["sessions"].items() if m["units"]}:
+        if not _indexes_listing(index, manifest):
             raise _Damaged(f"index of generation {number} does not match the listing")
         stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
         if missing := [s for s in manifest["sessions"] if session_key(s) not in stored]:
@@ -287,19 +284,35 @@ class Memory:
         sessions = manifest["sessions"]
         stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
         dropped = [s for s in sessions if session_key(s) not in stored]
+        index = self._saved_index(manifest)  # when only the listing was wrong, the saved index is kept
         for sid in dropped:
             del sessions[sid]
-        units = []
-        for sid in sessions:
-            units += self._read_units(sid, repair=False)
-            sessions[sid]["units"] = sum(1 for u in units if u.session_id == sid)
-        index = UnitIndex(self._dimension(), self.lexical, len(units))
-        index.add(units, self._embed([t for u in units for t in u.embed_texts]))
+            if index is not None:
+                index.remove(sid)
+        rebuilt = index is None
+        if rebuilt:
+            units = []
+            for sid in sessions:
+                units += self._read_units(sid, repair=False)
+                sessions[sid]["units"] = sum(1 for u in units if u.session_id == sid)
+            index = UnitIndex(self._dimension(), self.lexical, len(units))
+            index.add(units, self._embed([t for u in units for t in u.embed_texts]))
         generation = self._commit(Generation(raw, manifest, index))
         self._sweep(generation)
-        log.warning("apdmem: repaired the memory of user %r (%s): index rebuilt from %d sessions%s", self.user_id,
-                    damage, len(sessions), f"; dropped from the listing: {', '.join(dropped)}" if dropped else "")
+        log.warning("apdmem: repaired the memory of user %r (%s): %s%s", self.user_id, damage,
+                    f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept",
+                    f"; dropped from the listing: {', '.join(dropped)}" if dropped else "")
         return generation
+
+    def _saved_index(self, manifest: dict) -> UnitIndex | None:
+        """The index saved with the manifest's generation, if it is readable and holds the listed sessions."""
+        number = manifest["generation"]
+        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
+        try:
+            index = UnitIndex.load(table, vectors, self.lexical) if table is not None and vectors is not None else None
+        except ValueError:
+            return None
+        return index if index is not None and _indexes_listing(index, manifest) else None
 
     def _listing_from_sessions(self) -> dict:
         manifest = self._parse_manifest(None)
@@ -543,6 +556,14 @@ class Memory:
 
 def _listing(session: Session, units: int) -> dict:
     return {"date": session.date.isoformat(), "turns": len(session.turns), "hash": session.content_hash(), "units": units}
+
+
+def _indexes_listing(index: UnitIndex, manifest: dict) -> bool:
+    """Whether the index holds exactly the listed sessions' units (as many of each as the listing says)."""
+    counts: dict[str, int] = {}
+    for unit in index.units:
+        counts[unit.session_id] = counts.get(unit.session_id, 0) + 1
+    return counts == {s: m["units"] for s, m in manifest["sessions"].items() if m["units"]}
 
 
 def _listing_entry(meta: object) -> bool:
