@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -583,7 +584,8 @@ def _notes_from(data: object, n_turns: int) -> dict[int, list[str]]:
     return notes
 
 
-_shared: dict[tuple, Memory] = {}
+SHARED_MEMORIES = 128  # users whose loaded index a process keeps (least recently used first out)
+_shared: OrderedDict[tuple, Memory] = OrderedDict()
 _shared_lock = threading.Lock()
 
 
@@ -595,6 +597,9 @@ def open_memory(user_id: str, *, store=None, chat_model="local", embeddings="loc
         memory = _shared.get(key)
         if memory is None:
             memory = _shared[key] = Memory(user_id, store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url)
+            while len(_shared) > SHARED_MEMORIES:
+                _shared.popitem(last=False)
+        _shared.move_to_end(key)
         return memory
 
 
