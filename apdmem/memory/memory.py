@@ -242,13 +242,18 @@ class Memory:
             raise UnknownSessionError(session_id)
         return Session.from_json(data)
 
-    def search(self, query: str | list[str], k: int = 10) -> list[Document]:
-        """Top-k sessions for one query or several sub-queries, each with its best L0 unit."""
+    def search(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
+        """Top-k sessions for one query or several sub-queries, each with its best L0 unit.
+
+        `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
+        near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).
+        """
         queries = [query] if isinstance(query, str) else list(query)
         queries = [q for q in queries if q.strip()]
         if not queries or not len(self.index):
             return []
-        hits = rank_sessions(self.index, queries, self._embed(queries), k)
+        dates = {sid: meta["date"] for sid, meta in self.manifest["sessions"].items()} if date_range else None
+        hits = rank_sessions(self.index, queries, self._embed(queries), k, date_range=date_range, session_dates=dates)
         docs = []
         for hit in hits:
             unit = self.index.units[hit.row]

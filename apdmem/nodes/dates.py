@@ -194,4 +194,5 @@ def normalize_dates(state, runtime) -> dict:
         hints = resolve_relative_dates(state["question"], today)
         if unresolved_cues(state["question"], hints):
             hints += resolve_with_model(state["question"], today, get_chat_model(ctx.controller_model, ctx.base_url), usage)
-    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints], **usage_update("normalize_dates", usage)}
+    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
+            "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}
