@@ -156,7 +156,7 @@ def cmd_bench_retrieval(args) -> None:
     from apdmem.eval.retrieval import format_report, run
 
     result = run(args.dataset, l0_mode=args.l0_mode or "raw", chat_model=args.chat_model, embeddings=args.embeddings,
-                 limit=args.limit, output=args.output)
+                 limit=args.limit, output=args.output, dates=not args.no_dates)
     print(format_report(result))
     print(f"report: {args.output}")
 
@@ -242,9 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_locomo_parser(evals, [common, graph, l0])
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    p = bench.add_parser("retrieval", parents=[common, l0], help="session retrieval on a LongMemEval file")
+    p = bench.add_parser("retrieval", parents=[common, l0], help="first-pass retrieval on a LongMemEval or LoCoMo file")
     p.add_argument("dataset")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="first N conversations (LongMemEval) or questions (LoCoMo)")
+    p.add_argument("--no-dates", action="store_true", help="search without the date ranges resolved from the questions")
     p.add_argument("--output", default="reports/retrieval.json")
     p.set_defaults(func=cmd_bench_retrieval)
     return parser

@@ -88,6 +88,16 @@ CASES = [
     (JAN, "What did I do in December?", "in December", "2023-12-01", "2023-12-31"),
     (JAN, "What did I cook last December?", "last December", "2023-12-01", "2023-12-31"),
     (JAN, "How many books have I read since November?", "since November", "2023-11-01", "2024-01-10"),
+    # dates written out: without a year, the latest one not after the question date
+    (TUE, "What did I do on March 3rd?", "March 3rd", "2023-03-03", "2023-03-03"),
+    (TUE, "What did I eat on June 12?", "June 12", "2022-06-12", "2022-06-12"),
+    (TUE, "What did I buy on May 20, 2023?", "May 20, 2023", "2023-05-20", "2023-05-20"),
+    (TUE, "Where was I on the 3rd of March?", "the 3rd of March", "2023-03-03", "2023-03-03"),
+    (TUE, "Who did I meet on 8 May, 2023?", "on 8 May, 2023", "2023-05-08", "2023-05-08"),
+    (TUE, "Which museums did I visit in the month of February?", "the month of February", "2023-02-01", "2023-02-28"),
+    (JAN, "What did I read in the month of December 2022?", "the month of December 2022", "2022-12-01", "2022-12-31"),
+    (TUE, "Where did I travel in June 2022?", "in June 2022", "2022-06-01", "2022-06-30"),
+    (TUE, "How many concerts did I see in 2022?", "in 2022", "2022-01-01", "2022-12-31"),
 ]
 
 
@@ -113,6 +123,10 @@ def test_describe():
 
 def test_no_expression():
     assert resolve_relative_dates("What is my dog's name?", TUE) == []
+    # Numbers that are no dates: a day before a month without "the"/"on" or a year, a date that does not exist,
+    # a number that is no year.
+    for question in ["I bought 3 May tickets", "Where was I on February 30?", "I walked in 1000 steps"]:
+        assert resolve_relative_dates(question, TUE) == [], question
 
 
 def test_unresolved_cues():

@@ -1,4 +1,5 @@
-"""Indexes and fusion: tokenizer, the two BM25 backends, compaction, saving as plain vectors, RRF with keyword boost."""
+"""Indexes and fusion: tokenizer, the two BM25 backends, compaction, saving as plain vectors, RRF with keyword boost
+(score-aware fusion and dates: test_retrieval.py)."""
 
 import gzip
 import json
@@ -10,7 +11,7 @@ import pytest
 
 from apdmem.memory.index import SPARSE_THRESHOLD, DenseIndex, RankBM25, SparseBM25, UnitIndex, make_lexical, tokenize
 from apdmem.memory.records import Unit
-from apdmem.memory.retriever import KEYWORD_BOOST, RRF_K, fuse, rank_sessions
+from apdmem.memory.retriever import KEYWORD_BOOST, PERFECT, RRF_K, fuse, rank_sessions
 
 S_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json.gz"
 
@@ -184,14 +185,14 @@ def expected_fusion(index: UnitIndex, query: str, vector: np.ndarray) -> dict[in
         for rank, row in enumerate(ranking, 1):
             scores[row] = scores.get(row, 0.0) + 1 / (RRF_K + rank)
     for row in scores:
-        scores[row] += KEYWORD_BOOST * sum(len(k) > 2 and k.lower() in query.lower() for k in index.units[row].keywords)
+        scores[row] += KEYWORD_BOOST * PERFECT["rrf"] * sum(len(k) > 2 and k.lower() in query.lower() for k in index.units[row].keywords)
     return scores
 
 
 def test_a_unit_first_in_both_rankings_scores_two_first_places(topics_index, embeddings):
     query = "hiking to the summit of Mount Rainier at sunrise"
     vector = embeddings.embed([query])[0]
-    scores = fuse(topics_index, query, vector)
+    scores = fuse(topics_index, query, vector, fusion="rrf")
     lexical = topics_index.lexical.scores(tokenize(query))
     dense_rows, _ = topics_index.dense.search(vector, 1)
     assert int(np.argmax(lexical)) == dense_rows[0] == 0  # the premise: unit 0 leads both rankings
@@ -203,7 +204,7 @@ def test_a_unit_first_in_both_rankings_scores_two_first_places(topics_index, emb
 def test_fusion_is_reciprocal_rank_fusion(topics_index, embeddings, query):
     vector = embeddings.embed([query])[0]
     expected = expected_fusion(topics_index, query, vector)
-    got = fuse(topics_index, query, vector)
+    got = fuse(topics_index, query, vector, fusion="rrf")
     assert got.keys() == expected.keys()
     assert got == pytest.approx(expected, rel=1e-12)
 
@@ -214,24 +215,31 @@ def test_keyword_match_adds_exactly_the_boost(embeddings):
     plain = unit("s-vet", "Dr. Alvarez checked the puppy's vaccination schedule.")
     tagged = unit("s-vet", plain.summary, keywords=["Alvarez", "vaccination"])  # only "Alvarez" is in the query
     vector = embeddings.embed([query])[0]
-    without = fuse(build([plain, *others], embeddings), query, vector)
-    with_keyword = fuse(build([tagged, *others], embeddings), query, vector)
-    assert without[0] == pytest.approx(2 / (RRF_K + 1), rel=1e-12)  # first in both rankings either way
-    assert with_keyword[0] - without[0] == pytest.approx(KEYWORD_BOOST, rel=1e-9)
+    for fusion in PERFECT:
+        without = fuse(build([plain, *others], embeddings), query, vector, fusion=fusion)
+        with_keyword = fuse(build([tagged, *others], embeddings), query, vector, fusion=fusion)
+        if fusion == "rrf":  # first in both rankings either way: the boost is all that differs
+            assert without[0] == pytest.approx(2 / (RRF_K + 1), rel=1e-12)
+            assert with_keyword[0] - without[0] == pytest.approx(KEYWORD_BOOST * PERFECT[fusion], rel=1e-9)
+        else:  # BM25 also reads the keywords, so the unit gains the boost and some coverage
+            assert with_keyword[0] - without[0] >= KEYWORD_BOOST * PERFECT[fusion]
 
-    # Side by side in one index, the twin with the keyword wins.
-    both = fuse(build([plain, tagged, *others], embeddings), query, vector)
-    assert both[1] > both[0]
-    # Keywords of two characters or fewer never count (they would match inside any word).
-    short = fuse(build([unit("s-vet", plain.summary, keywords=["Dr"]), *others], embeddings), query, vector)
-    assert short[0] == pytest.approx(without[0], rel=1e-12)
+        # Side by side in one index, the twin with the keyword wins.
+        both = fuse(build([plain, tagged, *others], embeddings), query, vector, fusion=fusion)
+        assert both[1] > both[0]
+        # Keywords of two characters or fewer never count (they would match inside any word).
+        short = fuse(build([unit("s-vet", plain.summary, keywords=["Dr"]), *others], embeddings), query, vector, fusion=fusion)
+        if fusion == "rrf":
+            assert short[0] == pytest.approx(without[0], rel=1e-12)
+        else:  # only the coverage of the indexed keyword changes
+            assert 0 <= short[0] - without[0] < 0.1 * KEYWORD_BOOST
 
 
 def test_sessions_are_scored_by_their_best_unit_over_all_queries(topics_index, embeddings):
     queries = ["my beagle chews sneakers", "sourdough bread with rye flour"]
     vectors = embeddings.embed(queries)
-    fused = [fuse(topics_index, q, v) for q, v in zip(queries, vectors)]
-    hits = rank_sessions(topics_index, queries, vectors, k=10)
+    fused = [fuse(topics_index, q, v, fusion="rrf") for q, v in zip(queries, vectors)]
+    hits = rank_sessions(topics_index, queries, vectors, k=10, fusion="rrf")
     assert [(h.session_id, h.score) for h in hits[:2]] == [("s-bread", 2 / (RRF_K + 1)), ("s-dog", 2 / (RRF_K + 1))]  # ties by id
     for hit in hits:
         candidates = [scores[row] for scores in fused for row in scores if topics_index.units[row].session_id == hit.session_id]

@@ -23,6 +23,14 @@ def ndcg_any(ranked: Sequence[str], gold: set[str], k: int) -> float:
     return dcg / ideal if ideal else 0.0
 
 
+def turn_recall(spans: Sequence[tuple[str, int, int]], gold: set[tuple[str, int]], k: int) -> float:
+    """Share of the gold (session, turn) pairs inside the first k spans (session, start, end), end exclusive."""
+    if not gold:
+        return 0.0
+    covered = {(sid, turn) for sid, turn in gold for s, start, end in spans[:k] if s == sid and start <= turn < end}
+    return len(covered) / len(gold)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) by linear interpolation; 0.0 for no values."""
     if not values:

@@ -3,7 +3,7 @@
 Both are addressed by *row*: the position of a unit in the user's unit table. Rows are append-only;
 forgetting a session marks its rows dead and the table is compacted on the next save.
 
-Lexical backends share one interface (`add`, `scores`). `RankBM25` is rank-bm25's BM25Okapi: the
+Lexical backends share one interface (`add`, `scores`, `ceiling`). `RankBM25` is rank-bm25's BM25Okapi: the
 reference, rebuilt lazily after each change. It scores every document in Python, ~1 s per query at
 100k units, so above `SPARSE_THRESHOLD` units `SparseBM25` takes over: the same Okapi formula over an
 inverted index, touching only the postings of the query terms.
@@ -71,6 +71,10 @@ class RankBM25:
             return np.zeros(len(self._docs))
         return np.asarray(self._model.get_scores(query), dtype=np.float64)
 
+    def ceiling(self, query: list[str]) -> float:
+        """The score a document would reach by holding every query term (see `score_ceiling`)."""
+        return score_ceiling(query, self._model.idf if self._model else {}, len(self._docs))
+
 
 class SparseBM25:
     """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read."""
@@ -117,6 +121,18 @@ class SparseBM25:
             rows, tf = self._frozen[term]
             out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
         return out
+
+    def ceiling(self, query: list[str]) -> float:
+        """The score a document would reach by holding every query term (see `score_ceiling`)."""
+        return score_ceiling(query, self._idf_table() if self._lengths else {}, len(self._lengths))
+
+
+def score_ceiling(query: list[str], idf: dict[str, float], n: int) -> float:
+    """The BM25 score's upper bound for `query`: each term's idf times (K1 + 1), the limit of a term
+    repeated without end. A term the memory has never seen counts with the idf of a term in no document,
+    so a query about something the memory does not hold has a high ceiling that no unit comes near."""
+    unseen = float(np.log(n + 0.5) - np.log(0.5))
+    return sum(idf.get(t, unseen) for t in query) * (K1 + 1)
 
 
 def make_lexical(kind: str, size: int):

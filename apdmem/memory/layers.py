@@ -67,20 +67,28 @@ def window_spans(n_turns: int, window: int = 4, stride: int = 2) -> list[tuple[i
 def raw_unit(session: Session, start: int, end: int) -> Unit:
     """A unit whose text is the window itself (no model call).
 
-    The lexical index sees every turn. The dense index embeds the user turns one by one: MiniLM reads at
-    most 256 tokens, so a whole window would be truncated, and long assistant turns cost several times more to
-    embed while the lexical index already covers their wording. Turn-sized texts are also shared by the
-    overlapping windows, so the embedding cache computes each once.
+    The lexical index sees every turn. The dense index embeds the turns of people one by one: the user's, and
+    in a conversation between two people (LoCoMo: the second speaker is loaded as the assistant, with a
+    `speaker` name) the other person's too, each prefixed with the speaker's name, since questions name people
+    ("When did Caroline go to the support group?"). A model assistant's turns are not embedded: MiniLM reads at
+    most 256 tokens, so long answers would be truncated, they cost several times more to embed, and the
+    lexical index already covers their wording. Turn-sized texts are also shared by the overlapping windows,
+    so the embedding cache computes each once.
     """
     turns = session.turns[start:end]
-    user_turns = [t.content for t in turns if t.role == "user" and t.content.strip()]
+    people = [_named(t) for t in turns if (t.role == "user" or t.speaker) and t.content.strip()]
     return Unit(
         session_id=session.session_id,
         start=start,
         end=end,
         summary="\n".join(f"{_speaker(t)}: {t.content}" for t in turns),
-        embed_texts=user_turns or [turns[0].content[:TURN_CHARS]],
+        embed_texts=people or [_named(turns[0])[:TURN_CHARS]],
     )
+
+
+def _named(turn: Turn) -> str:
+    """A turn's text for the dense index: with its speaker's name where it has one."""
+    return f"{turn.speaker}: {turn.content}" if turn.speaker else turn.content
 
 
 def llm_unit(session: Session, start: int, end: int, model, usage: Usage) -> Unit:

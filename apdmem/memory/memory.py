@@ -479,8 +479,12 @@ class Memory:
                 self._repair(current.raw, f"session {session_id!r} is unreadable")
         raise UnknownSessionError(session_id)
 
-    def search(self, query: str | list[str], k: int = 10) -> list[Document]:
-        """Top-k sessions for one query or several sub-queries, each with its best L0 unit."""
+    def search(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
+        """Top-k sessions for one query or several sub-queries, each with its best L0 unit.
+
+        `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
+        near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).
+        """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         queries = [query] if isinstance(query, str) else list(query)
@@ -489,7 +493,8 @@ class Memory:
         generation = self._current  # one generation for the whole search, whatever writers do meanwhile
         if not queries or generation.index is None or not len(generation.index):
             return []
-        hits = rank_sessions(generation.index, queries, self._embed(queries), k)
+        dates = {sid: meta["date"] for sid, meta in generation.manifest["sessions"].items()} if date_range else None
+        hits = rank_sessions(generation.index, queries, self._embed(queries), k, date_range=date_range, session_dates=dates)
         docs = []
         for hit in hits:
             unit = generation.index.units[hit.row]

@@ -1,9 +1,18 @@
-"""Hybrid retrieval over L0 units: BM25 and dense rankings fused by Reciprocal Rank Fusion (equal weights),
-plus an exact-match boost on the keyword field; each session is scored by its best unit over all queries."""
+"""Hybrid retrieval over L0 units: dense and BM25 evidence fused per unit, each session scored by its best unit
+over all queries, with an optional soft preference for sessions inside a date range.
+
+Fusion is score-aware: a unit's score is a weighted sum of its cosine similarity to the query and its BM25
+*coverage*, the BM25 score divided by the query's ceiling (`score_ceiling`). Both are absolute, so a signal
+that finds nothing (a question whose words the memory never uses) contributes little instead of promoting
+weak matches by rank, as Reciprocal Rank Fusion does. RRF is kept as `fusion="rrf"` for ablations.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
 
 import numpy as np
@@ -13,9 +22,15 @@ from langchain_core.retrievers import BaseRetriever
 
 from apdmem.memory.index import UnitIndex, tokenize
 
-RRF_K = 60  # the usual RRF constant: ranks beyond a few dozen contribute little
-CANDIDATES = 100  # units taken from each ranking before fusion
-KEYWORD_BOOST = 0.5 / (RRF_K + 1)  # one exact keyword match is worth half a first place in one ranking
+CANDIDATES = 100  # units taken from each signal before fusion
+DENSE_WEIGHT = 0.8  # cosine vs BM25 coverage; MiniLM cosines spread over ~0.1-0.7, coverage over 0-1
+RRF_K = 60  # the usual RRF constant, for fusion="rrf"
+PERFECT = {"score": 1.0, "rrf": 2 / (RRF_K + 1)}  # a unit that both signals score best; boosts are shares of it
+KEYWORD_BOOST = 0.25  # per exact keyword match of an llm-mode unit (in RRF: half a first place in one ranking)
+DATE_BOOST = 0.1  # a session inside the date range gains a tenth of a perfect score
+DATE_SLACK_DAYS = 3  # dates in questions are loose: the boost halves about 2 days (or a quarter of the range) outside
+
+DateRange = tuple[date | str, date | str]
 
 
 @dataclass
@@ -27,33 +42,91 @@ class SessionHit:
     row: int
 
 
-def fuse(index: UnitIndex, query: str, query_vector: np.ndarray) -> dict[int, float]:
+def fuse(index: UnitIndex, query: str, query_vector: np.ndarray, *, fusion: str = "score") -> dict[int, float]:
     """Fused score per candidate unit row for one query."""
-    scores: dict[int, float] = {}
-    lexical = np.where(index.alive, index.lexical.scores(tokenize(query)), 0.0)
+    if fusion not in PERFECT:
+        raise ValueError(f"unknown fusion {fusion!r}: use one of {', '.join(PERFECT)}")
+    terms = tokenize(query)
+    lexical = np.where(index.alive, index.lexical.scores(terms), 0.0)
     top = np.argpartition(-lexical, min(CANDIDATES, len(lexical) - 1))[:CANDIDATES] if len(lexical) else []
-    ranked = sorted((r for r in top if lexical[r] > 0), key=lambda r: (-lexical[r], r))  # ties: lower row first, as FAISS
-    for rank, row in enumerate(ranked):
-        scores[int(row)] = 1.0 / (RRF_K + rank + 1)
-    rows, _ = index.dense.search(query_vector, CANDIDATES * 3)
-    dense_ranked = [r for r in dict.fromkeys(rows.tolist()) if index.alive[r]][:CANDIDATES]
-    for rank, row in enumerate(dense_ranked):
-        scores[row] = scores.get(row, 0.0) + 1.0 / (RRF_K + rank + 1)
+    lexical_ranked = sorted((int(r) for r in top if lexical[r] > 0), key=lambda r: (-lexical[r], r))  # ties: lower row first
+    rows, sims = index.dense.search(query_vector, CANDIDATES * 3)
+    cosine: dict[int, float] = {}
+    for row, sim in zip(rows.tolist(), sims.tolist()):  # best vector first: a unit's score is its best text's
+        if index.alive[row]:
+            cosine.setdefault(row, sim)
+    dense_ranked = list(cosine)[:CANDIDATES]
+    if fusion == "rrf":
+        scores: dict[int, float] = {}
+        for ranked in (lexical_ranked, dense_ranked):
+            for rank, row in enumerate(ranked):
+                scores[row] = scores.get(row, 0.0) + 1.0 / (RRF_K + rank + 1)
+    else:
+        ceiling = index.lexical.ceiling(terms)
+        # A lexical candidate beyond the dense cut-off is no closer than the last vector returned.
+        floor = float(sims[-1]) if len(sims) else 0.0
+        scores = {
+            row: DENSE_WEIGHT * cosine.get(row, floor) + (1 - DENSE_WEIGHT) * (lexical[row] / ceiling if ceiling else 0.0)
+            for row in dict.fromkeys(dense_ranked + lexical_ranked)
+        }
     lowered = query.lower()
     for row in scores:
         matches = sum(1 for k in index.units[row].keywords if len(k) > 2 and k.lower() in lowered)
-        scores[row] += KEYWORD_BOOST * matches
+        scores[row] += KEYWORD_BOOST * PERFECT[fusion] * matches
     return scores
 
 
-def rank_sessions(index: UnitIndex, queries: list[str], query_vectors: np.ndarray, k: int) -> list[SessionHit]:
-    """Top-k sessions by their best unit across all (sub)queries."""
+def date_closeness(day: date, ranges: Sequence[tuple[date, date]]) -> float:
+    """1.0 inside any of the ranges, decaying with the distance in days outside them (loose, never 0 abruptly).
+
+    >>> round(date_closeness(date(2023, 1, 15), [(date(2023, 1, 18), date(2023, 1, 18))]), 2)
+    0.37
+    """
+    best = 0.0
+    for start, end in ranges:
+        outside = max((start - day).days, (day - end).days, 0)
+        best = max(best, math.exp(-outside / max(DATE_SLACK_DAYS, (end - start).days / 4)))
+    return best
+
+
+def date_ranges(date_range: DateRange | Sequence[DateRange] | None) -> list[tuple[date, date]]:
+    """A (start, end) pair or a list of them, as dates; an end before its start is swapped."""
+    if not date_range:
+        return []
+    pairs = [date_range] if len(date_range) == 2 and not isinstance(date_range[0], (list, tuple)) else date_range
+    return [(min(a, b), max(a, b)) for a, b in ((as_date(start), as_date(end)) for start, end in pairs)]
+
+
+def as_date(value: date | str) -> date:
+    """A date, a datetime or an ISO 8601 string (date or date-time) as a date."""
+    if isinstance(value, datetime):
+        return value.date()
+    return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
+
+
+def rank_sessions(
+    index: UnitIndex,
+    queries: list[str],
+    query_vectors: np.ndarray,
+    k: int,
+    *,
+    date_range: DateRange | Sequence[DateRange] | None = None,
+    session_dates: Mapping[str, date | str] | None = None,
+    fusion: str = "score",
+) -> list[SessionHit]:
+    """Top-k sessions by their best unit across all (sub)queries; with `date_range` (and the sessions' dates),
+    sessions in or near the range gain up to DATE_BOOST: a soft preference, no session is dropped."""
     best: dict[str, SessionHit] = {}
     for query, vector in zip(queries, query_vectors):
-        for row, score in fuse(index, query, vector).items():
+        for row, score in fuse(index, query, vector, fusion=fusion).items():
             sid = index.units[row].session_id
             if sid not in best or score > best[sid].score:
                 best[sid] = SessionHit(sid, score, row)
+    ranges = date_ranges(date_range)
+    if ranges and session_dates:
+        for hit in best.values():
+            if hit.session_id in session_dates:
+                hit.score += DATE_BOOST * PERFECT[fusion] * date_closeness(as_date(session_dates[hit.session_id]), ranges)
     return sorted(best.values(), key=lambda h: (-h.score, h.session_id))[:k]
 
 

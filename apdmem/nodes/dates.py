@@ -1,4 +1,5 @@
-"""`normalize_dates`: relative time expressions in the question resolved to absolute dates or ranges.
+"""`normalize_dates`: relative time expressions (and dates written out) in the question resolved to absolute
+dates or ranges, for the models to read (`date_hints`) and for search to prefer (`date_ranges`).
 
 Deterministic parsing first (`resolve_relative_dates`); the controller model only for temporal phrases the
 parser leaves unresolved ("the week of my cousin's wedding" stays unresolved: no calendar can place it).
@@ -106,6 +107,18 @@ def _rules(today: date):
     def point(d: date) -> tuple[date, date]:
         return d, d
 
+    def written(month: str, day: str, year: str | None) -> tuple[date, date]:
+        """A date written without a year is the latest one not after today."""
+        month_number, day_number = MONTHS.index(month.lower()) + 1, int(day)
+        if year:
+            return point(date(int(year), month_number, day_number))
+        this_year = date(today.year, month_number, day_number)
+        return point(this_year if this_year <= today else date(today.year - 1, month_number, day_number))
+
+    def whole_month(name: str, year: str | None) -> tuple[date, date]:
+        start = date(int(year), MONTHS.index(name.lower()) + 1, 1) if year else month_named(name.lower(), "in")[0]
+        return start, add_months(start, 1) - timedelta(days=1)
+
     last_weekend = weekday_before("saturday") if today.weekday() != 6 else today - timedelta(days=8)
     return [
         (r"the day before yesterday", lambda m: point(today - timedelta(days=2))),
@@ -130,6 +143,15 @@ def _rules(today: date):
         (r"(last|this|in) (spring|summer|fall|autumn|winter)", lambda m: _season(today, m[2].lower(), m[1].lower())),
         (rf"(last|in|this|during|since|early|late) ({'|'.join(MONTHS)})\b(?! \d)", lambda m: (
             (month_named(m[2].lower(), m[1].lower())[0], today) if m[1].lower() == "since" else month_named(m[2].lower(), m[1].lower()))),
+        # Dates written out: "March 3rd", "May 20, 2023", "the 3rd of March", "the month of February 2023", "in 2022".
+        (rf"({'|'.join(MONTHS)}) (\d{{1,2}})(?:st|nd|rd|th)?(?:,? ((?:19|20)\d\d))?", lambda m: written(m[1], m[2], m[3])),
+        # Day first only after "the"/"on" or before a year: "3 May tickets" is no date.
+        (rf"(?:(?:the|on) (\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({'|'.join(MONTHS)})(?:,? ((?:19|20)\d\d))?"
+         rf"|(\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({'|'.join(MONTHS)}),? ((?:19|20)\d\d))",
+         lambda m: written(m[2] or m[5], m[1] or m[4], m[3] or m[6])),
+        (rf"(?:the )?month of ({'|'.join(MONTHS)})(?:,? ((?:19|20)\d\d))?", lambda m: whole_month(m[1], m[2])),
+        (rf"(?:in|during) ({'|'.join(MONTHS)}),? ((?:19|20)\d\d)", lambda m: whole_month(m[1], m[2])),
+        (r"(?:in|during) ((?:19|20)\d\d)", lambda m: (date(int(m[1]), 1, 1), date(int(m[1]), 12, 31))),
     ]
 
 
@@ -145,7 +167,10 @@ def resolve_relative_dates(question: str, today: date) -> list[DateHint]:
         for m in re.finditer(rf"\b(?:{pattern})\b", question, flags=re.I):
             if any(m.start() < b and a < m.end() for a, b in taken):
                 continue
-            start, end = resolve(m)
+            try:
+                start, end = resolve(m)
+            except ValueError:  # a written date that is no date ("February 30")
+                continue
             taken.append(m.span())
             hints.append((m.start(), DateHint(m.group(0), start, end)))
     return [h for _, h in sorted(hints, key=lambda x: x[0])]
@@ -194,4 +219,5 @@ def normalize_dates(state, runtime) -> dict:
         hints = resolve_relative_dates(state["question"], today)
         if unresolved_cues(state["question"], hints):
             hints += resolve_with_model(state["question"], today, ctx.settings.controller(), usage)
-    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints], **usage_update("normalize_dates", usage)}
+    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
+            "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

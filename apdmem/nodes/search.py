@@ -7,13 +7,14 @@ from apdmem.tools import search_memory
 
 
 def search(state, runtime) -> dict:
-    """Search the queries not searched yet; merge hits into the candidate sessions (best score kept,
-    matched unit spans accumulated for later L2/L3 reads)."""
+    """Search the queries not searched yet, preferring sessions in the question's date ranges; merge hits into
+    the candidate sessions (best score kept, matched unit spans accumulated for later L2/L3 reads)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = [q for q in state.get("queries", []) if q not in searched]
     candidates = {sid: {**c, "spans": list(c["spans"])} for sid, c in state.get("candidates", {}).items()}
-    docs = search_memory(open_memory(runtime), queries, k=ctx.top_k) if queries else []
+    ranges = [tuple(r) for r in state.get("date_ranges", [])]
+    docs = search_memory(open_memory(runtime), queries, k=ctx.top_k, date_range=ranges or None) if queries else []
     for doc in docs:
         meta = doc.metadata
         slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0, "spans": []})

@@ -15,9 +15,10 @@ from apdmem.memory.layers import TURN_CHARS
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = 10) -> list[Document]:
-    """Top-k sessions for one or several queries, each with its best L0 summary."""
-    return memory.search(queries, k=k)
+def search_memory(memory, queries: str | list[str], k: int = 10, date_range=None) -> list[Document]:
+    """Top-k sessions for one or several queries, each with its best L0 summary; sessions in `date_range`
+    (a (start, end) pair or a list of them, see `Memory.search`) rank higher."""
+    return memory.search(queries, k=k, date_range=date_range)
 
 
 def read_facts(memory, session_id: str) -> list[Evidence]:
