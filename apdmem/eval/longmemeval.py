@@ -61,6 +61,7 @@ class EvalSettings:
     l0_mode: str = "auto"
     tmax: int = 20
     top_k: int = 10
+    drill_width: int = 3
     ablation: str = "full"
     disclosure_only: bool = False  # stop when disclosure ends: no notes, answer or judge
     eager_l1: bool = False  # build L1 of every session at ingestion
@@ -90,7 +91,7 @@ def answer_item(item, settings: EvalSettings) -> dict:
     deployment = Settings(chat_model=settings.chat_model, controller_model=settings.controller_model,
                           generator_model=settings.generator_model, embeddings=settings.embeddings, base_url=settings.base_url)
     context = Context(memory=memory, settings=deployment, user_id=item.question_id, tmax=settings.tmax, top_k=settings.top_k,
-                      **settings.overrides)
+                      drill_width=settings.drill_width, **settings.overrides)
     inputs = {"question": item.question, "question_date": item.question_date.isoformat()}
     started = time.perf_counter()
     final = disclose(settings.graph, inputs, context) if settings.disclosure_only else settings.graph.invoke(inputs, context=context)
@@ -369,7 +370,8 @@ def _plots(report: dict, out: Path) -> None:
 def cmd_eval(args) -> None:
     options = dict(chat_model=args.model or args.chat_model, controller_model=args.controller_model,
                    generator_model=args.generator_model, judge_model=args.judge_model, embeddings=args.embeddings,
-                   base_url=args.base_url, l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, ablation=args.ablation,
+                   base_url=args.base_url, l0_mode=args.l0_mode or "auto", tmax=args.tmax, top_k=args.top_k, drill_width=args.drill_width,
+                   ablation=args.ablation,
                    eager_l1=args.eager_l1)
     if args.langsmith:
         if args.stop_after_disclosure:

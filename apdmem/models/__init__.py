@@ -15,6 +15,7 @@ Models named by a specification are created once per process and shared.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import time
@@ -30,9 +31,8 @@ from apdmem.models.local import LocalChatModel, LocalMiniLM, package_dir
 DEFAULT_CHAT = "local"
 DEFAULT_EMBEDDINGS = "local"
 
-# Optional extras of apdmem (pyproject.toml) that install a provider's LangChain package.
-EXTRAS = {"anthropic": "anthropic", "ollama": "ollama", "google_genai": "google", "mistralai": "mistralai",
-          "groq": "groq", "deepseek": "deepseek"}
+# Providers with an optional extra of apdmem (pyproject.toml) that installs their package, langchain-<provider>.
+EXTRAS = ("anthropic", "ollama", "google_genai", "mistralai", "groq", "deepseek")
 
 
 def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
@@ -82,14 +82,20 @@ def _embeddings(spec: str, base_url: str | None) -> Embeddings:
 def _create(factory, what: str, spec: str, base_url: str | None, options: dict):
     """Call LangChain's factory; its errors (missing package, unknown provider, missing key) become one
     `ConfigError` that names the specification and what to install or set."""
+    provider = spec.partition(":")[0]
+    if provider in EXTRAS:
+        try:
+            importlib.import_module(f"langchain_{provider}")
+        except ImportError:
+            package, extra = f"langchain-{provider.replace('_', '-')}", provider.replace("_", "-")
+            raise ConfigError(f"{what} {spec!r} needs the package {package}: pip install 'apdmem[{extra}]' "
+                              f"(or pip install {package})") from None
     if base_url:
         options["base_url"] = base_url
     try:
         return factory(spec, **options)
-    except ImportError as exc:
-        extra = EXTRAS.get(spec.partition(":")[0])
-        hint = f" (or `pip install 'apdmem[{extra}]'`)" if extra else ""
-        raise ConfigError(f"{what} {spec!r}: {exc}{hint}") from None
+    except ImportError as exc:  # a provider without an extra of ours: LangChain's message names its package
+        raise ConfigError(f"{what} {spec!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - unknown provider, missing credentials, bad options
         detail = " ".join(str(exc).split())
         raise ConfigError(f"cannot create {what} {spec!r}: {detail}") from None

@@ -27,7 +27,8 @@ def decompose(state, runtime) -> dict:
         out = ask_structured(ctx.settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
             query = query.strip()
-            # A query without a searchable word (a stray comma from a weak model) would only find noise.
-            if tokenize(query) and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
+            # A weak model's debris (a stray comma, several lines of text) is not a query: it would only find noise.
+            usable = tokenize(query) and "\n" not in query
+            if usable and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
                 queries.append(query)
     return {"queries": queries, **usage_update("decompose", usage)}
