@@ -38,8 +38,8 @@ def cmd_ingest(args) -> None:
     if args.eager_l1:
         started = time.perf_counter()
         spent = memory.build_facts([s.session_id for s in sessions], progress=not args.quiet)
-        print(f"L1 key facts built for {spent.calls} session(s) in {time.perf_counter() - started:.1f}s "
-              f"(the others were cached); model tokens: {spent.input_tokens} in, {spent.output_tokens} out")
+        print(f"L1 key facts built now: {spent.calls} model call(s) in {time.perf_counter() - started:.1f}s (sessions whose "
+              f"L1 was built before are skipped); model tokens: {spent.input_tokens} in, {spent.output_tokens} out")
 
 
 def cmd_search(args) -> None:
