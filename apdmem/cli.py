@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from apdmem.errors import ApdmemError, ConfigError
 
@@ -27,12 +28,18 @@ def cmd_ingest(args) -> None:
     from apdmem.memory import load_sessions
 
     sessions = load_sessions(args.file)
-    report = _memory(args).ingest(sessions, progress=not args.quiet)
+    memory = _memory(args)
+    report = memory.ingest(sessions, progress=not args.quiet)
     print(
         f"{len(report.added)} added, {len(report.updated)} updated, {len(report.unchanged)} unchanged; "
         f"{report.turns} turns, {report.units} L0 units in {report.seconds:.1f}s; "
         f"model tokens: {report.usage.input_tokens} in, {report.usage.output_tokens} out"
     )
+    if args.eager_l1:
+        started = time.perf_counter()
+        spent = memory.build_facts([s.session_id for s in sessions], progress=not args.quiet)
+        print(f"L1 key facts built now: {spent.calls} model call(s) in {time.perf_counter() - started:.1f}s (sessions whose "
+              f"L1 was built before are skipped); model tokens: {spent.input_tokens} in, {spent.output_tokens} out")
 
 
 def cmd_search(args) -> None:
@@ -86,7 +93,8 @@ def _context(args, memory):
 
     settings = Settings(store=args.store, chat_model=args.chat_model, controller_model=args.controller_model,
                         generator_model=args.generator_model, embeddings=args.embeddings, base_url=args.base_url)
-    return Context(user_id=memory.user_id, memory=memory, settings=settings, tmax=args.tmax, top_k=args.top_k)
+    return Context(user_id=memory.user_id, memory=memory, settings=settings, tmax=args.tmax, top_k=args.top_k,
+                   drill_width=args.drill_width, reflection=not args.no_reflection)
 
 
 def ask(question: str, question_date: str | None, context) -> dict:
@@ -95,15 +103,14 @@ def ask(question: str, question_date: str | None, context) -> dict:
 
     final: dict = {}
     inputs = {"question": question, **({"question_date": question_date} if question_date else {})}
-    for mode, chunk in build_graph().stream(inputs, context=context, stream_mode=["custom", "updates"]):
-        if mode == "custom" and chunk["event"] == "search":
+    for mode, chunk in build_graph().stream(inputs, context=context, stream_mode=["custom", "values"]):
+        if mode == "values":
+            final = chunk
+        elif chunk["event"] == "search":
             print(f"  [step {chunk['step']}] search {chunk['queries']} -> {len(chunk['sessions'])} sessions", flush=True)
-        elif mode == "custom" and chunk["event"] == "drill":
+        elif chunk["event"] == "drill":
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
             print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}", flush=True)
-        elif mode == "updates":
-            for update in chunk.values():
-                final.update(update or {})
     return final
 
 
@@ -123,33 +130,58 @@ def cmd_ask(args) -> None:
 
 
 def cmd_demo(args) -> None:
-    """Ingest a real LongMemEval conversation shipped with the package and answer its question."""
+    """Ingest one user's whole LongMemEval history (shipped with the package) and answer its question, showing
+    what was searched, what was opened and how deep, and the evidence turn disclosed."""
     import tempfile
-    import time
     from importlib.resources import files
 
     from apdmem.memory import load_longmemeval
 
     started = time.perf_counter()
-    item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_demo.json"))[0]
+    item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_s_af8d2e46.json.gz"))[0]
     with tempfile.TemporaryDirectory(prefix="apdmem-demo-") as directory:
         args.store = args.store or directory
         args.user = "demo"
         memory = _memory(args)
-        print(f"Ingesting {len(item.sessions)} session(s), {sum(len(s.turns) for s in item.sessions)} turns "
-              f"(L0 mode {memory.l0_mode}, chat model {args.chat_model}) ...", flush=True)
+        print(f"LongMemEval-S item {item.question_id} (MIT licence): {len(item.sessions)} sessions, "
+              f"{sum(len(s.turns) for s in item.sessions)} turns of one user's history", flush=True)
         report = memory.ingest(item.sessions, progress=True)
-        print(f"  {report.units} L0 units, {report.usage.input_tokens + report.usage.output_tokens} model tokens")
+        print(f"  ingested in {report.seconds:.1f}s: {report.units} L0 units (L0 mode {memory.l0_mode}, chat model {args.chat_model})")
+        # The embedded 135M model cannot judge evidence: with it, the deterministic disclosure policy decides.
+        args.no_reflection = args.no_reflection or (args.controller_model or args.chat_model) == "local"
         print(f"\nQuestion ({item.question_date:%Y-%m-%d}): {item.question}", flush=True)
+        print("  (reflection off: the disclosure policy decides what to open and how deep)" if args.no_reflection else
+              "  (the controller model reflects between rounds)", flush=True)
         final = ask(item.question, item.question_date.isoformat(), _context(args, memory))
-    opened = ", ".join(f"{sid} ({layer})" for sid, layer in final.get("opened", {}).items()) or "none"
+    show_disclosure(final, item)
     print(f"\nAnswer: {final.get('answer', '')}")
     print(f"Reference answer: {item.answer}")
-    print(f"Sessions opened: {opened}; steps: {final.get('step', 0)}; stop: {final.get('stop_reason', '')}")
-    print(f"Wall time: {time.perf_counter() - started:.1f}s")
+    usage = final.get("usage", {}).values()
+    print(f"Wall time: {time.perf_counter() - started:.1f}s; model calls: {sum(u.get('calls', 0) for u in usage)}, "
+          f"{sum(u.get('critical_calls', 0) for u in usage)} on the critical path")
     if args.chat_model == "local":
         print("(The embedded 135M-parameter model only shows the pipeline running offline; "
-              "use --chat-model openai:<model> for real answers.)")
+              "use --chat-model <provider>:<model> for real answers.)")
+
+
+def show_disclosure(final: dict, item) -> None:
+    """What the controller searched and opened, and the benchmark's evidence turns it disclosed verbatim."""
+    candidates = final.get("candidates", {})
+    ranked = sorted(candidates, key=lambda sid: -candidates[sid]["score"])
+    opened = final.get("opened", {})
+    print(f"\nSessions searched: {len(item.sessions)}; found by the search, best first: "
+          + ", ".join(f"{sid} ({candidates[sid]['score']:.4f})" for sid in ranked))
+    print(f"Sessions opened ({len(opened)} of {len(item.sessions)}, {len(opened) / len(item.sessions):.0%}): "
+          + (", ".join(f"{sid} at {layer}" for sid, layer in opened.items()) or "none")
+          + f"; steps: {final.get('step', 0)}; stop: {final.get('stop_reason', '')}")
+    for sid in item.answer_session_ids:
+        print(f"Evidence session of the benchmark: {sid}, " + (f"opened at {opened[sid]}" if sid in opened else "not opened"))
+    turns = {(s.session_id, i) for s in item.sessions for i, t in enumerate(s.turns) if t.has_answer}
+    shown = [e for e in final.get("evidence", []) if e["layer"] == "L3" and (e["session_id"], e["turn"]) in turns]
+    for e in shown:
+        print(f"\nEvidence turn disclosed verbatim (session {e['session_id']}, {e['date'][:10]}, turn {e['turn'] + 1}):\n  {e['text']}")
+    if not shown:
+        print("The benchmark's evidence turn was not disclosed verbatim (no L3 read of it).")
 
 
 def cmd_bench_retrieval(args) -> None:
@@ -196,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", parents=[common, user, l0], help="add a conversation file to a user's memory")
     p.add_argument("file")
+    p.add_argument("--eager-l1", action="store_true",
+                   help="build L1 key facts of the ingested sessions now, not on first read (costs model calls for every session)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("search", parents=[common, user], help="top sessions for a query")
@@ -217,7 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--generator-model", default=os.environ.get("APDMEM_GENERATOR_MODEL"), help="default: --chat-model")
     graph.add_argument("--tmax", type=positive, default=os.environ.get("APDMEM_TMAX", "20"), help="step budget")
     graph.add_argument("--top-k", type=positive, default=os.environ.get("APDMEM_TOP_K", "10"), help="sessions per search")
-    p = sub.add_parser("ask", parents=[common, user, graph], help="answer a question from a user's memory")
+    graph.add_argument("--drill-width", type=positive, default=os.environ.get("APDMEM_DRILL_WIDTH", "3"),
+                       help="reads per drilling round, run concurrently (default 3)")
+    asking = Parser(add_help=False)
+    asking.add_argument("--no-reflection", action="store_true",
+                        help="no model reflection between rounds: the deterministic disclosure policy decides")
+    p = sub.add_parser("ask", parents=[common, user, graph, asking], help="answer a question from a user's memory")
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
@@ -232,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("user_id")
     p.add_argument("--days", type=positive, default=30, help="validity (default 30 days)")
     p.set_defaults(func=cmd_token)
-    p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real conversation and answer its question")
+    p = sub.add_parser("demo", parents=[common, graph, l0, asking], help="ingest a real user history (50 sessions) and answer its question")
     p.set_defaults(func=cmd_demo)
 
     evals = sub.add_parser("eval", help="question-answering benchmarks").add_subparsers(dest="eval", required=True)

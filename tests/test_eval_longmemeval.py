@@ -78,11 +78,52 @@ def test_summarize_by_hand():
     assert report["evidence_recall_opened"] == pytest.approx((1 + 0 + 1) / 3)
     assert report["sessions_accessed_fraction"] == pytest.approx((0.2 + 0.1 + 0.1 + 0) / 4)
     assert report["drill_depth_share"] == {"L1": 0.5, "L2": 0.25, "L3": 0.25}
-    assert report["drill_depth_share_by_type"]["multi-session"] == {"L1": 2 / 3, "L2": 0.0, "L3": 1 / 3}
+    assert report["disclosure_by_type"]["multi-session"]["drill_depth_share"] == {"L1": 2 / 3, "L2": 0.0, "L3": 1 / 3}
     assert report["steps_max"] == 7
     assert report["offline_tokens_per_question"] == 110
     assert report["online_tokens_per_query"] == 80
     assert report["latency_s"]["median"] == 2.0
+
+
+def test_disclosure_summary_by_hand(tmp_path):
+    calls = {"decompose": {"calls": 1, "critical_calls": 1}, "drill": {"calls": 3, "critical_calls": 1},
+             "reflect": {"calls": 2, "critical_calls": 2}}
+    records = [
+        {**_record("q1", "multi-session", None, {"s1": "L1", "s2": "L3"}, gold=("s1", "s3")), "online_usage": calls},
+        {**_record("q2", "multi-session", None, {"s3": "L1"}), "online_usage": {"drill": {"calls": 1, "critical_calls": 1}}},
+        {**_record("q3", "single-session-user", None, {"s1": "L3"}, step=5), "online_usage": {}},
+    ]
+    report = longmemeval.summarize(records, disclosure_only=True)
+    assert "accuracy" not in report and "accuracy_by_type" not in report
+    assert report["evidence_recall_opened"] == pytest.approx((0.5 + 0 + 1) / 3)
+    assert report["sessions_accessed_mean"] == pytest.approx(4 / 3)
+    assert report["model_calls"] == {"mean": 7 / 3, "median": 1, "p95": 5.5, "max": 6}  # p95 of [0, 1, 6]: 1 + 0.9 * 5
+    assert report["critical_path_calls"]["max"] == 4 and report["critical_path_calls"]["median"] == 1
+    multi = report["disclosure_by_type"]["multi-session"]
+    assert multi["n"] == 2 and multi["evidence_recall_opened"] == 0.25 and multi["drill_depth_share"]["L1"] == 2 / 3
+    assert multi["model_calls"]["mean"] == 3.5 and multi["critical_path_calls"]["mean"] == 2.5
+    assert report["disclosure_by_type"]["single-session-user"]["steps_mean"] == 5
+    report.update(ablation="no-reflection", chat_model="local", judge_model=None, l0_mode="raw")
+    longmemeval.write_report(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "disclosure only" in md and "| multi-session | 2 | 0.250 | 15.0% | 1.50 | 0.67 | 0.00 | 0.33 | 3.0 | 3.5 (4, 6) | 2.5 (2, 4) |" in md
+    assert (tmp_path / "disclosure_depth.png").exists() and not (tmp_path / "accuracy_by_type.png").exists()
+
+
+def test_disclosure_only_stops_before_notes_and_answer(make_memory, history, monkeypatch):
+    from graph_helpers import ScriptedChatModel, clean_environment
+
+    from apdmem.graph import Context, Settings, build_graph
+
+    clean_environment(monkeypatch)
+    model = ScriptedChatModel(script={"Reflection": [{"sufficient": False, "deepen": [{"session_id": "s-dog", "layer": "L2"}]}]})
+    memory = make_memory(chat_model=model)
+    memory.ingest(history)
+    state = longmemeval.disclose(build_graph(), {"question": "What is my dog's name?", "question_date": "2024/06/01 (Sat) 10:00"},
+                                 Context(memory=memory, settings=Settings(chat_model=model)))
+    assert state["route"] == "synthesize_notes" and state["opened"]["s-dog"] == "L2"
+    assert "notes" not in state and "answer" not in state
+    assert "notes" not in model.kinds() and "answer" not in model.kinds()
 
 
 def test_select_is_stratified():

@@ -65,10 +65,16 @@ def test_llm_mode_ingestion_of_one_small_session(embeddings):
 
 
 def test_cli_demo():
-    run = subprocess.run([str(ROOT / ".venv" / "bin" / "apdmem"), "demo", "--l0-mode", "raw", "--tmax", str(TMAX)],
+    """`make demo`: a whole LongMemEval-S haystack; the evidence session is found among 50 and its evidence turn
+    disclosed verbatim."""
+    run = subprocess.run([str(ROOT / ".venv" / "bin" / "apdmem"), "demo"],
                          cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "Answer:" in run.stdout and f"Sessions opened: {GOLD}" in run.stdout
+    out = run.stdout
+    assert "50 sessions, 495 turns" in out and "Sessions searched: 50; found by the search, best first: " + GOLD in out
+    assert f"Evidence session of the benchmark: {GOLD}, opened at L3" in out
+    assert f"Evidence turn disclosed verbatim (session {GOLD}, 2023-05-29, turn 7):" in out and "I brought 7 shirts" in out
+    assert "\nAnswer: " in out and "Reference answer: 7" in out and "Wall time: " in out
 
 
 def test_quickstart_notebook(tmp_path, monkeypatch):

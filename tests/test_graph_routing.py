@@ -8,6 +8,7 @@ from graph_helpers import BAD, ScriptedChatModel, clean_environment, run_graph
 
 from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
+from apdmem.nodes import policy
 from apdmem.nodes.answer import NOT_FOUND
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
@@ -61,7 +62,7 @@ def test_step_budget_is_never_exceeded(scripted, history, tmax):
     _, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=tmax))
     searches = sum(e["event"] == "search" for e in events)
     assert out["step"] == searches + len(out["drills"]) + out["usage"].get("reflect", {}).get("calls", 0)
-    assert searches == (2 if tmax == 8 else 1)
+    assert searches >= (2 if tmax == 8 else 1)  # the model asks for a new search every round
 
 
 def test_stops_when_a_round_adds_no_evidence(scripted):
@@ -70,7 +71,8 @@ def test_stops_when_a_round_adds_no_evidence(scripted):
     final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
     assert final["stop_reason"] == "no new evidence"
     assert layers_read(final, "s-dog") == ["L1", "L3"]
-    assert model.kinds().count("Reflection") == 3 and final["step"] == 1 + 3 + 1 + 1 + 1 + 1
+    # search, L1 of the head (s-dog alone stands out), reflection, L3, reflection, a read of nothing, reflection
+    assert model.kinds().count("Reflection") == 3 and final["step"] == 1 + 1 + 1 + 1 + 1 + 1
 
 
 def test_drill_escalates_l1_l2_l3(scripted):
@@ -153,7 +155,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
         if failing in (name, "all"):
             script.update({kind: list(r) for kind, r in replies.items()})
     model, memory = scripted(**script)
-    final, events = run_graph(question, Context(memory=memory, settings=Settings(chat_model=model), tmax=8))
+    final, events = run_graph(question, Context(memory=memory, settings=Settings(chat_model=model), tmax=12))
 
     assert isinstance(final["answer"], str) and final["answer"].strip()
     reflect_prompts = model.prompts_of("Reflection")
@@ -164,9 +166,10 @@ def test_unusable_model_output_falls_back(scripted, failing):
         assert 'Dates: "my birthday trip" = 2024-03-09 (Saturday)' in reflect_prompts[0]
     assert first_search["queries"] == ([question] if failing in ("decompose", "all") else [question, "dog food"])
     if failing in ("reflect", "all"):
-        # The deterministic fallback opens the next unread sessions until the budget is spent.
+        # The disclosure policy decides: it opens what it wants, reads deeper what L1 did not cover, then stops.
         assert final["usage"]["reflect"]["calls"] >= 1 and final["draft"] == ""
-        assert len(final["opened"]) == 6 and final["stop_reason"] == "step budget reached"
+        assert set(final["opened"]) == set(policy.wanted(final)) and final["stop_reason"] == "nothing left to try"
+        assert all(layer == "L3" or not policy.uncovered(final, sid) for sid, layer in final["opened"].items())
     else:
         assert final["draft"] == "Biscuit eats kibble" and final["stop_reason"] == "evidence sufficient"
     if failing in ("notes", "all"):
@@ -180,11 +183,11 @@ def test_unusable_model_output_falls_back(scripted, failing):
 def test_without_controller_one_search_and_l1_only(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L3"))])
     final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), controller=False, drill_width=3))
-    assert [e["event"] for e in events] == ["search", "drill", "drill", "drill"]
-    assert {d["layer"] for d in final["drills"]} == {"L1"} and len(final["drills"]) == 3
+    assert [e["event"] for e in events] == ["search", "drill"]  # the head of the ranking: s-dog alone stands out
+    assert [(d["session_id"], d["layer"]) for d in final["drills"]] == [("s-dog", "L1")] == [(s, "L1") for s in policy.wanted(final)]
     assert {e["layer"] for e in final["evidence"]} == {"L1"}
     assert "Reflection" not in model.kinds() and "EvidenceNotes" not in model.kinds()
-    assert final["stop_reason"] == "no controller: one retrieval pass" and final["step"] == 4
+    assert final["stop_reason"] == "no controller: one retrieval pass" and final["step"] == 2
 
 
 def test_layers_ablation_never_reads_a_disallowed_layer(scripted):

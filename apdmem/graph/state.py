@@ -37,10 +37,10 @@ def deepest(left: dict[str, str], right: dict[str, str]) -> dict[str, str]:
 
 
 def add_usage(left: dict[str, dict], right: dict[str, dict]) -> dict[str, dict]:
-    """Sum token usage per node."""
+    """Sum token usage per node (a node's rounds run one after another, so their critical-path calls add up too)."""
     merged = {k: dict(v) for k, v in left.items()}
     for node, usage in right.items():
-        slot = merged.setdefault(node, {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+        slot = merged.setdefault(node, {})
         for key, value in usage.items():
             slot[key] = slot.get(key, 0) + value
     return merged
@@ -69,7 +69,7 @@ class State(InputState, OutputState, total=False):
     date_ranges: list[list[str]]  # [start, end] as YYYY-MM-DD, one per resolved expression: search prefers sessions in them
     queries: list[str]
     searched: Annotated[list[str], operator.add]
-    candidates: dict[str, dict]  # session id -> {date, summary, score, spans}
+    candidates: dict[str, dict]  # session id -> {date, summary, score, spans, hits: {query: score}}
     evidence: Annotated[list[Evidence], operator.add]
     opened: Annotated[dict[str, str], deepest]
     drills: Annotated[list[Drill], operator.add]

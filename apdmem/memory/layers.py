@@ -165,20 +165,30 @@ def extract_facts(session: Session, model, usage: Usage) -> list[str]:
     return facts or [f"The user said: {t.content[:300]}" for t in session.turns if t.role == "user"][:25]
 
 
-def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None = None) -> dict[int, list[str]]:
-    """L2: atomic evidence bullets per turn (all turns, or the listed ones). Turns the model skips or
-    fails on keep their text as a single note, so no turn is lost."""
+def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None = None, *, concurrency: int = 1) -> dict[int, list[str]]:
+    """L2: atomic evidence bullets per turn (all turns, or the listed ones), four turns per model call, up to
+    `concurrency` calls at a time. Turns the model skips or fails on keep their text as a single note, so no
+    turn is lost."""
     wanted = list(range(len(session.turns))) if turns is None else sorted(set(turns))
-    notes: dict[int, list[str]] = {}
-    for chunk in [wanted[i : i + 4] for i in range(0, len(wanted), 4)]:
-        out = ask_structured(model, EvidenceNotes, _session_prompt(prompts.L2_NOTES, session, chunk), usage)
+    chunks = [wanted[i : i + 4] for i in range(0, len(wanted), 4)]
+    spent = [Usage() for _ in chunks]
+
+    def run(i: int) -> dict[int, list[str]]:
+        chunk, notes = chunks[i], {}
+        out = ask_structured(model, EvidenceNotes, _session_prompt(prompts.L2_NOTES, session, chunk), spent[i])
         for item in out.turns if out else []:
             index = item.turn - 1
             if index in chunk and (facts := [one_line(f) for f in item.facts if f.strip()]):
                 notes[index] = facts
         for index in chunk:
             notes.setdefault(index, [session.turns[index].content[:TURN_CHARS]])
-    return notes
+        return notes
+
+    workers = max(1, min(concurrency, len(chunks)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(run, range(len(chunks))))
+    usage.merge_concurrent(spent, workers)
+    return {t: n for notes in results for t, n in notes.items()}
 
 
 def _session_prompt(template: str, session: Session, indexes) -> str:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -123,6 +124,7 @@ class Memory:
         self.l0_mode, self.window, self.stride, self.lexical = l0_mode, window, stride, lexical
         self.concurrency = concurrency
         self.usage = Usage()  # tokens spent by this object's model calls (construction and lazy layers)
+        self._usage_lock = threading.Lock()
         self._writing = threading.RLock()  # this object's writers, one at a time (the store lock orders processes)
         self._swap = threading.Lock()
         self._current = Generation(None, self._parse_manifest(None), None)
@@ -429,8 +431,8 @@ class Memory:
                     self._delete_files(sid)
             generation = self._derive(current)
             construction = generation.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
-            for key, value in vars(spent).items():
-                construction[key] += value
+            for key in construction:
+                construction[key] += getattr(spent, key)
             for session, units, vectors in fresh:
                 sid = session.session_id
                 self.store.put_json({self._key(sid, "L0.json"): [u.to_json() for u in units]})
@@ -524,27 +526,57 @@ class Memory:
                 self.store.put_json(items)
                 self.store.put_text(texts)
 
-    def facts(self, session_id: str) -> list[str]:
-        """L1 key facts, generated on first read and cached."""
+    def facts(self, session_id: str, *, usage: Usage | None = None) -> list[str]:
+        """L1 key facts, generated on first read and cached. A generation's tokens are added to `usage` (the
+        caller's own account; `self.usage` is the running total of every caller)."""
         session = self.session(session_id)
         cached = self.store.get_json(self._key(session_id, "L1.json"))
         if isinstance(cached, list) and all(isinstance(f, str) for f in cached):
             return cached
-        facts = layers.extract_facts(session, self.chat_model, self.usage)
+        spent = Usage()
+        facts = layers.extract_facts(session, self.chat_model, spent)
+        self._account(spent, usage)
         self._cache(session, {self._key(session_id, "L1.json"): facts}, {self._key(session_id, "L1.md"): layers.render_l1(session, facts)})
         return facts
 
-    def notes(self, session_id: str, turns: list[int] | None = None) -> dict[int, list[str]]:
-        """L2 evidence notes by turn index (all turns, or the listed 0-based ones), generated on first read."""
+    def notes(self, session_id: str, turns: list[int] | None = None, *, usage: Usage | None = None) -> dict[int, list[str]]:
+        """L2 evidence notes by turn index (all turns, or the listed 0-based ones), generated on first read
+        (groups of turns concurrently); tokens are added to `usage` as in `facts`."""
         session = self.session(session_id)
         wanted = range(len(session.turns)) if turns is None else [t for t in turns if 0 <= t < len(session.turns)]
         cached = _notes_from(self.store.get_json(self._key(session_id, "L2.json")), len(session.turns))
         missing = [t for t in wanted if t not in cached]
         if missing:
-            cached.update(layers.extract_notes(session, self.chat_model, self.usage, missing))
+            spent = Usage()
+            cached.update(layers.extract_notes(session, self.chat_model, spent, missing, concurrency=self.concurrency))
+            self._account(spent, usage)
             self._cache(session, {self._key(session_id, "L2.json"): {str(t): n for t, n in sorted(cached.items())}},
                         {self._key(session_id, "L2.md"): layers.render_l2(session, cached)})
         return {t: cached[t] for t in wanted}
+
+    def build_facts(self, session_ids: Iterable[str] | None = None, *, progress: bool = False) -> Usage:
+        """Build L1 of the given sessions (default: all) now rather than on first read, `concurrency` sessions at
+        a time; sessions whose L1 is cached are skipped. Returns the tokens spent."""
+        ids = list(self.session_ids() if session_ids is None else session_ids)
+        spent = [Usage() for _ in ids]
+        bar = tqdm(total=len(ids), desc=f"L1 {self.user_id}", unit="session", disable=not progress)
+
+        def build(i: int) -> None:
+            self.facts(ids[i], usage=spent[i])
+            bar.update()
+
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            list(pool.map(build, range(len(ids))))
+        bar.close()
+        total = Usage()
+        total.merge_concurrent(spent, self.concurrency)
+        return total
+
+    def _account(self, spent: Usage, usage: Usage | None) -> None:
+        with self._usage_lock:
+            self.usage.merge(spent)
+        if usage is not None:
+            usage.merge(spent)
 
     def read(self, session_id: str, layer: str, turns: list[int] | None = None) -> str:
         """A layer of a session as Markdown (L1 and L2 are materialized on first read)."""

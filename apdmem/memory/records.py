@@ -109,22 +109,37 @@ class Unit:
 
 @dataclass
 class Usage:
-    """Token usage of model calls, summed."""
+    """Token usage of model calls, summed, and the calls on the critical path: the longest chain of calls that
+    had to wait for each other (calls made concurrently count once on it)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
+    critical_calls: int = 0
 
     def add(self, message_or_usage) -> None:
+        """One more call, made after the ones already counted."""
         meta = getattr(message_or_usage, "usage_metadata", None) or {}
         self.input_tokens += int(meta.get("input_tokens", 0) or 0)
         self.output_tokens += int(meta.get("output_tokens", 0) or 0)
         self.calls += 1
+        self.critical_calls += 1
 
     def merge(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.calls += other.calls
+        """Calls made after the ones already counted."""
+        self.merge_concurrent([other])
+
+    def merge_concurrent(self, others: list[Usage], width: int | None = None) -> None:
+        """Calls made side by side, `width` at a time (default: all at once), after the ones already counted:
+        tokens and calls add up; each group's longest chain extends the critical path."""
+        width = width or max(len(others), 1)
+        for start in range(0, len(others), width):
+            group = others[start : start + width]
+            for other in group:
+                self.input_tokens += other.input_tokens
+                self.output_tokens += other.output_tokens
+                self.calls += other.calls
+            self.critical_calls += max(other.critical_calls for other in group)
 
     @property
     def total_tokens(self) -> int:

@@ -40,7 +40,7 @@ def question_today(state) -> datetime:
 
 
 def usage_update(node: str, usage: Usage) -> dict:
-    return {"usage": {node: {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "calls": usage.calls}}}
+    return {"usage": {node: vars(usage).copy()}}
 
 
 def annotate(**metadata) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from apdmem import prompts
+from apdmem.memory.index import tokenize
 from apdmem.memory.records import Usage
 from apdmem.models import ask_structured
 from apdmem.nodes.common import usage_update
@@ -26,6 +27,8 @@ def decompose(state, runtime) -> dict:
         out = ask_structured(ctx.settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
             query = query.strip()
-            if query and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
+            # A weak model's debris (a stray comma, several lines of text) is not a query: it would only find noise.
+            usable = tokenize(query) and "\n" not in query
+            if usable and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
                 queries.append(query)
     return {"queries": queries, **usage_update("decompose", usage)}

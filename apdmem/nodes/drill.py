@@ -1,13 +1,18 @@
 """`drill`: disclose the next layer of the sessions the controller selected.
 
 A session is first opened at L1 (key facts); deeper reads go to L2 (notes of the turns that matched the
-search) and L3 (their exact messages). Each (session, layer) read is one step of the budget.
+search) and L3 (their exact messages). Each (session, layer) read is one step of the budget. A round's reads
+run concurrently (at most `drill_width` at a time), so with a hosted model a round costs about one model
+call's time, not one per session; the embedded model serializes its calls anyway.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from apdmem.graph.state import LAYER_DEPTH, Drill
 from apdmem.memory.records import Usage
+from apdmem.nodes import policy
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.tools import read_facts, read_notes, read_raw
 
@@ -35,37 +40,41 @@ def relevant_turns(candidate: dict | None) -> list[int] | None:
     return sorted(turns)
 
 
-def default_targets(state, ctx) -> list[dict]:
-    """Without a choice from the controller: the best-scored sessions not opened yet, at L1."""
-    opened = state.get("opened", {})
-    ranked = sorted(state.get("candidates", {}).items(), key=lambda kv: -kv[1]["score"])
-    return [{"session_id": sid, "layer": "L1"} for sid, _ in ranked if sid not in opened][: ctx.drill_width]
-
-
 def drill(state, runtime) -> dict:
     ctx = runtime.context
     memory = open_memory(runtime)
-    targets = state.get("targets") or default_targets(state, ctx)
+    targets = state.get("targets") or policy.plan(state, ctx)
     step, opened, candidates = state.get("step", 0), dict(state.get("opened", {})), state.get("candidates", {})
-    seen = {(e["session_id"], e["layer"], e["turn"], e["text"]) for e in state.get("evidence", [])}
-    evidence, drills = [], []
-    spent = Usage(-memory.usage.input_tokens, -memory.usage.output_tokens, -memory.usage.calls)
+    reads: list[Drill] = []
     for target in targets:
         sid = target["session_id"]
         layer = next_layer(opened.get(sid), target.get("layer", "L1"), ctx.allowed_layers)
-        if step >= ctx.tmax or layer is None or sid not in memory.manifest["sessions"]:
+        if step >= ctx.tmax or layer is None or sid not in memory.manifest["sessions"] or any(r["session_id"] == sid for r in reads):
             continue
-        turns = None if layer == "L1" else relevant_turns(candidates.get(sid))
         step += 1
-        emit(runtime, event="drill", step=step, session_id=sid, layer=layer, turns=turns)
-        items = READERS[layer](memory, sid) if layer == "L1" else READERS[layer](memory, sid, turns)
+        reads.append(Drill(step=step, session_id=sid, layer=layer, turns=None if layer == "L1" else relevant_turns(candidates.get(sid))))
+        emit(runtime, event="drill", step=step, session_id=sid, layer=layer, turns=reads[-1]["turns"])
+    spent = [Usage() for _ in reads]
+
+    def read(i: int) -> list:
+        r = reads[i]
+        if r["layer"] == "L1":
+            return read_facts(memory, r["session_id"], spent[i])
+        return READERS[r["layer"]](memory, r["session_id"], r["turns"], spent[i])
+
+    width = max(1, min(len(reads), ctx.drill_width))
+    with ThreadPoolExecutor(max_workers=width) as pool:
+        disclosed = list(pool.map(read, range(len(reads))))
+    seen = {(e["session_id"], e["layer"], e["turn"], e["text"]) for e in state.get("evidence", [])}
+    evidence = []
+    for r, items in zip(reads, disclosed):
         fresh = [e for e in items if (e["session_id"], e["layer"], e["turn"], e["text"]) not in seen]
         seen.update((e["session_id"], e["layer"], e["turn"], e["text"]) for e in fresh)
         evidence += fresh
-        opened[sid] = layer
-        drills.append(Drill(step=step, session_id=sid, layer=layer, turns=turns))
-    # L1 and L2 are generated on first read: their tokens are this node's.
-    spent.merge(memory.usage)
-    annotate(step=step, drills=[(d["session_id"], d["layer"]) for d in drills])
-    return {"evidence": evidence, "drills": drills, "opened": opened, "step": step, "targets": [],
-            "new_evidence": len(evidence), **usage_update("drill", spent)}
+        opened[r["session_id"]] = r["layer"]
+    # L1 and L2 are generated on first read: their tokens are this node's. Reads ran side by side.
+    usage = Usage()
+    usage.merge_concurrent(spent, width)
+    annotate(step=step, drills=[(r["session_id"], r["layer"]) for r in reads])
+    return {"evidence": evidence, "drills": reads, "opened": opened, "step": step, "targets": [],
+            "new_evidence": len(evidence), **usage_update("drill", usage)}

@@ -7,11 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from apdmem import prompts
-from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.records import Usage
 from apdmem.models import ask_structured
+from apdmem.nodes import policy
 from apdmem.nodes.common import annotate, usage_update
-from apdmem.nodes.drill import default_targets
 from apdmem.tools import format_evidence
 
 CANDIDATES_SHOWN = 10
@@ -32,21 +31,6 @@ class Reflection(BaseModel):
     open_sessions: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 5})
     deepen: list[DeepenRequest] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
     new_queries: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 3})
-
-
-def fallback(state, ctx) -> Reflection:
-    """A deterministic decision for when reflection is off or the model's output is unusable:
-    open the next unread sessions, else deepen the best opened one, else stop."""
-    targets = default_targets(state, ctx)
-    if targets:
-        return Reflection(sufficient=False, open_sessions=[t["session_id"] for t in targets])
-    opened = state.get("opened", {})
-    ranked = sorted(opened, key=lambda sid: -state.get("candidates", {}).get(sid, {}).get("score", 0.0))
-    deepest_allowed = max((LAYER_DEPTH[layer] for layer in ctx.allowed_layers), default=0)
-    for sid in ranked:
-        if LAYER_DEPTH[opened[sid]] < deepest_allowed:
-            return Reflection(sufficient=False, deepen=[DeepenRequest(session_id=sid, layer="L3" if opened[sid] == "L2" else "L2")])
-    return Reflection(sufficient=True)
 
 
 def render_candidates(state) -> str:
@@ -74,15 +58,20 @@ def reflect(state, runtime) -> dict:
             tmax=ctx.tmax,
         )
         decision = ask_structured(ctx.settings.controller(), Reflection, prompt, usage)
-    decision = decision or fallback(state, ctx)
-    candidates, searched = state.get("candidates", {}), set(state.get("searched", []))
-    targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions[:5] if s in candidates]
-    targets += [{"session_id": d.session_id, "layer": d.layer} for d in decision.deepen[:4] if d.session_id in state.get("opened", {})]
-    queries = [q.strip() for q in decision.new_queries[:3] if q.strip() and q.strip() not in searched]
-    annotate(step=state.get("step", 0) + 1, sufficient=decision.sufficient, targets=targets, new_queries=queries)
+    candidates, searched, opened = state.get("candidates", {}), set(state.get("searched", [])), state.get("opened", {})
+    targets, queries = [], []
+    if decision is not None:
+        targets = [{"session_id": s, "layer": "L1"} for s in decision.open_sessions[:5] if s in candidates and s not in opened]
+        targets += [{"session_id": d.session_id, "layer": d.layer} for d in decision.deepen[:4] if d.session_id in opened]
+        queries = [q.strip() for q in decision.new_queries[:3] if q.strip() and q.strip() not in searched]
+    sufficient = bool(decision and decision.sufficient)
+    if not (sufficient or targets or queries):
+        # No reflection, an unusable one, or one that wants more but names nothing usable: the policy decides.
+        targets = policy.plan(state, ctx)
+    annotate(step=state.get("step", 0) + 1, sufficient=sufficient, targets=targets, new_queries=queries)
     return {
-        "sufficient": decision.sufficient,
-        "draft": decision.draft_answer.strip() or state.get("draft", ""),
+        "sufficient": sufficient,
+        "draft": (decision.draft_answer.strip() if decision else "") or state.get("draft", ""),
         "targets": targets,
         "queries": [*state.get("queries", []), *queries],
         "step": state.get("step", 0) + (1 if usage.calls else 0),

