@@ -5,9 +5,10 @@ import time
 
 import pytest
 from graph_helpers import ScriptedChatModel, clean_environment
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.runtime import Runtime
 
-from apdmem.graph import Context, Settings
+from apdmem.graph import Context, Settings, build_graph
 from apdmem.memory.records import Usage
 from apdmem.nodes.drill import drill
 
@@ -102,3 +103,23 @@ def test_usage_adds_up_sequential_calls_and_takes_the_longest_of_concurrent_ones
     assert (total.calls, total.critical_calls) == (8, 1 + 3 + 1)
     total.merge_concurrent([chain(1)] * 5, width=2)  # five reads, two at a time: three waves
     assert (total.calls, total.critical_calls) == (13, 5 + 3)
+
+
+def test_concurrent_reads_stay_inside_the_runs_trace(sleepy):
+    """Model calls made by a drill's worker threads are children of the drill node's run (callbacks, LangSmith
+    tracing and `messages` streaming follow the run's context into the threads)."""
+    class Recorder(BaseCallbackHandler):
+        def __init__(self):
+            self.model_runs = []
+
+        def on_chain_start(self, serialized, inputs, *, metadata=None, name=None, **kwargs):
+            if name == "run":  # the scripted model's structured-output runnable
+                self.model_runs.append((metadata or {}).get("langgraph_node"))
+
+    model, memory = sleepy
+    model.delay = 0.0
+    recorder = Recorder()
+    context = Context(memory=memory, settings=Settings(chat_model=model), reflection=False, decomposition=False)
+    build_graph().invoke({"question": "When is my puppy's first vet appointment?", "question_date": "2024/06/01 (Sat) 10:00"},
+                         context=context, config={"callbacks": [recorder]})
+    assert recorder.model_runs and recorder.model_runs.count("drill") == model.kinds().count("KeyFacts")

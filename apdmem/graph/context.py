@@ -34,7 +34,8 @@ def _from_environment(config) -> None:
 class Settings:
     """Where memories live and which models run. Unset fields take ``APDMEM_<FIELD>`` from the environment.
 
-    Models are specification strings (``"local"``, ``"openai:gpt-4.1"``) or LangChain objects.
+    Models are specification strings (``"local"``, ``"<provider>:<model>"`` as LangChain's `init_chat_model` and
+    `init_embeddings` take them) or LangChain objects; see `apdmem.models`.
 
     >>> Settings(controller_model="openai:gpt-4.1", generator_model="openai:gpt-4.1-mini")   # doctest: +SKIP
     """
@@ -44,7 +45,8 @@ class Settings:
     controller_model: Any = _option(None, "Model for date fallback, decomposition and reflection (default: chat_model).")
     generator_model: Any = _option(None, "Model for organized notes and the final answer (default: chat_model).")
     embeddings: Any = _option("local", "Embeddings the memories are indexed with.")
-    base_url: str | None = _option(None, "OpenAI-compatible server for 'openai:<model>' specifications (also OPENAI_BASE_URL).")
+    base_url: str | None = _option(None, "Model server the provider calls, e.g. an OpenAI-compatible one for 'openai:<model>' "
+                                   "(also OPENAI_BASE_URL) or an Ollama host for 'ollama:<model>'.")
 
     def __post_init__(self) -> None:
         _from_environment(self)
@@ -88,7 +90,7 @@ class Context:
     drill_width: int = _option(3, "Most session reads in one round of drilling (they run concurrently).")
     max_queries: int = _option(4, "Most sub-queries a question is decomposed into.")
     # Ablations (the paper's Table 4); all on by default.
-    controller: bool = _option(True, "Agent control; off = one search, L1 of the top sessions, then notes and answer.")
+    controller: bool = _option(True, "Agent control; off = one search, L1 of the sessions that stand out in it, then notes and answer.")
     layers: str = _option("L1,L2,L3", "Layers the controller may open, comma-separated.")
     reflection: bool = _option(True, "Reflect on the evidence between rounds.")
     decomposition: bool = _option(True, "Split compound questions into sub-queries.")

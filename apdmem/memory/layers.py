@@ -8,9 +8,9 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
@@ -146,7 +146,7 @@ def build_units(
             bar.update()
             return unit
 
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        with ContextThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
             units = list(pool.map(run, jobs))
     bar.close()
     by_session: dict[str, list[Unit]] = {s.session_id: [] for s in sessions}
@@ -185,7 +185,7 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
         return notes
 
     workers = max(1, min(concurrency, len(chunks)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ContextThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(run, range(len(chunks))))
     usage.merge_concurrent(spent, workers)
     return {t: n for notes in results for t, n in notes.items()}

@@ -23,12 +23,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 from langchain_core.documents import Document
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from tqdm.auto import tqdm
 
 from apdmem.errors import ConfigError, UnknownSessionError
@@ -565,7 +565,7 @@ class Memory:
             self.facts(ids[i], usage=spent[i])
             bar.update()
 
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+        with ContextThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
             list(pool.map(build, range(len(ids))))
         bar.close()
         total = Usage()

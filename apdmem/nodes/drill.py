@@ -8,7 +8,7 @@ call's time, not one per session; the embedded model serializes its calls anyway
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 
 from apdmem.graph.state import LAYER_DEPTH, Drill
 from apdmem.memory.records import Usage
@@ -63,7 +63,7 @@ def drill(state, runtime) -> dict:
         return READERS[r["layer"]](memory, r["session_id"], r["turns"], spent[i])
 
     width = max(1, min(len(reads), ctx.drill_width))
-    with ThreadPoolExecutor(max_workers=width) as pool:
+    with ContextThreadPoolExecutor(max_workers=width) as pool:
         disclosed = list(pool.map(read, range(len(reads))))
     seen = {(e["session_id"], e["layer"], e["turn"], e["text"]) for e in state.get("evidence", [])}
     evidence = []
