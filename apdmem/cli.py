@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--controller-model", default=os.environ.get("APDMEM_CONTROLLER_MODEL"), help="default: --chat-model")
     graph.add_argument("--generator-model", default=os.environ.get("APDMEM_GENERATOR_MODEL"), help="default: --chat-model")
     graph.add_argument("--tmax", type=positive, default=os.environ.get("APDMEM_TMAX", "20"), help="step budget")
-    graph.add_argument("--top-k", type=positive, default=os.environ.get("APDMEM_TOP_K", "10"), help="sessions per search")
+    graph.add_argument("--top-k", type=positive, default=os.environ.get("APDMEM_TOP_K", "20"), help="sessions per search")
     graph.add_argument("--drill-width", type=positive, default=os.environ.get("APDMEM_DRILL_WIDTH", "3"),
                        help="reads per drilling round, run concurrently (default 3)")
     asking = Parser(add_help=False)

@@ -60,7 +60,7 @@ class EvalSettings:
     base_url: str | None = None
     l0_mode: str = "auto"
     tmax: int = 20
-    top_k: int = 10
+    top_k: int = 20
     drill_width: int = 3
     ablation: str = "full"
     disclosure_only: bool = False  # stop when disclosure ends: no notes, answer or judge

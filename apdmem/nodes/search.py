@@ -17,18 +17,23 @@ def search(state, runtime) -> dict:
     memory, found = open_memory(runtime), []
     ranges = [tuple(r) for r in state.get("date_ranges", [])] or None
     for query in queries:
-        for doc in search_memory(memory, query, k=ctx.top_k, date_range=ranges):
-            meta = doc.metadata
-            slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0,
-                                                              "spans": [], "hits": {}})
-            if meta["score"] > slot["score"]:
-                slot.update(summary=doc.page_content, score=meta["score"])
-            slot["hits"][query] = meta["score"]
-            if meta["span"] not in slot["spans"]:
-                slot["spans"].append(meta["span"])
-            found.append(meta["session_id"])
+        found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, date_range=ranges))
     sessions = list(dict.fromkeys(found))
     step = state.get("step", 0) + 1
     annotate(step=step, queries=queries, session_ids=sessions)
     emit(runtime, event="search", step=step, queries=queries, sessions=sessions)
     return {"candidates": candidates, "searched": queries, "step": step}
+
+
+def collect(candidates: dict[str, dict], query: str, docs) -> list[str]:
+    """Merge one query's hits (search documents) into `candidates`, in place; the session ids, best first."""
+    for doc in docs:
+        meta = doc.metadata
+        slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0,
+                                                          "spans": [], "hits": {}})
+        if meta["score"] > slot["score"]:
+            slot.update(summary=doc.page_content, score=meta["score"])
+        slot["hits"][query] = meta["score"]
+        if meta["span"] not in slot["spans"]:
+            slot["spans"].append(meta["span"])
+    return [doc.metadata["session_id"] for doc in docs]
