@@ -25,6 +25,7 @@ from apdmem.eval.retrieval import ingest, load_cases
 from apdmem.graph.context import Context
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
+from apdmem.nodes.decompose import usable
 from apdmem.nodes.search import collect
 
 TYPE_NAMES = {"knowledge-update": "update", "multi-session": "multi", "single-session-assistant": "assistant",
@@ -55,7 +56,8 @@ def main() -> None:
         for case in cases:
             hints = resolve_relative_dates(case.question, case.question_date.date())
             memory = memories[case.user]
-            queries = searched[case.question_id] or [case.question]
+            # Sub-queries as `decompose` keeps them today (the run may predate a stricter filter).
+            queries = [case.question] + [q for q in searched[case.question_id][1:] if usable(q, case.question)]
             states.append((case, len(memory.manifest["sessions"]), {
                 "question": case.question, "searched": queries,
                 "candidates": candidates_of(memory, queries, [(h.start, h.end) for h in hints] or None, args.top_k)}))

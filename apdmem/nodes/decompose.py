@@ -27,8 +27,18 @@ def decompose(state, runtime) -> dict:
         out = ask_structured(ctx.settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
             query = query.strip()
-            # A weak model's debris (a stray comma, several lines of text) is not a query: it would only find noise.
-            usable = tokenize(query) and "\n" not in query
-            if usable and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
+            if usable(query, question) and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
                 queries.append(query)
     return {"queries": queries, **usage_update("decompose", usage)}
+
+
+def usable(query: str, question: str) -> bool:
+    """Whether a proposed sub-query is a part of the question: one line sharing a content word with it. A weak
+    model's debris (a stray comma, a URL fragment, text in another language) would only find noise, and the
+    disclosure policy opens a session for every sub-query.
+
+    >>> usable("when did I start reading The Nightingale", "How long did The Nightingale take me?"), usable(".com/en-US", "How often do I see Dr. Smith?")
+    (True, False)
+    """
+    words = set(tokenize(query))
+    return bool(words & set(tokenize(question))) and "\n" not in query
