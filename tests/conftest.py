@@ -114,6 +114,18 @@ def make_memory(embeddings):
     return make
 
 
+@pytest.fixture
+def ingested(make_memory, history):
+    """`ingested(model)` -> (model, memory): a raw-mode memory of `history` whose layers `model` builds."""
+
+    def make(model):
+        memory = make_memory(chat_model=model)
+        memory.ingest(history)
+        return model, memory
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A throwaway PostgreSQL cluster on loopback for the whole test run. Tests that need it are skipped when

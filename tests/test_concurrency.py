@@ -31,11 +31,8 @@ def environment(monkeypatch):
 
 
 @pytest.fixture
-def sleepy(make_memory, history):
-    model = SleepingChatModel()
-    memory = make_memory(chat_model=model)
-    memory.ingest(history)
-    return model, memory
+def sleepy(ingested):
+    return ingested(SleepingChatModel())
 
 
 def run_drill(memory, model, targets, **context):

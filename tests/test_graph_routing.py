@@ -20,15 +20,12 @@ def environment(monkeypatch):
 
 
 @pytest.fixture
-def scripted(make_memory, history):
+def scripted(ingested):
     """`scripted(**script)` -> (model, memory): the nodes and the memory's L1/L2 construction all call one
     `ScriptedChatModel` (see its docstring for the script)."""
 
     def make(**script):
-        model = ScriptedChatModel(script=script)
-        memory = make_memory(chat_model=model)
-        memory.ingest(history)
-        return model, memory
+        return ingested(ScriptedChatModel(script=script))
 
     return make
 

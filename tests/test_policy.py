@@ -14,11 +14,8 @@ def environment(monkeypatch):
 
 
 @pytest.fixture
-def memory(make_memory, history):
-    model = ScriptedChatModel()
-    memory = make_memory(chat_model=model)
-    memory.ingest(history)
-    return model, memory
+def memory(ingested):
+    return ingested(ScriptedChatModel())
 
 
 def candidate(score: float, hits: dict, summary: str = "") -> dict:

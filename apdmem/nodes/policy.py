@@ -56,10 +56,10 @@ def ranking(candidates: dict[str, dict], query: str) -> list[str]:
     return [sid for sid, _ in sorted(hits, key=lambda h: (-h[1], h[0]))]
 
 
-def query_head(candidates: dict[str, dict], query: str) -> list[str]:
-    """The sessions that stand out in what a query found."""
+def query_head(candidates: dict[str, dict], query: str, at_least: int = 1) -> list[str]:
+    """The sessions that stand out in what a query found (at least `at_least` of them, when it found that many)."""
     ranked = ranking(candidates, query)
-    return ranked[: head([candidates[sid]["hits"][query] for sid in ranked])]
+    return ranked[: max(head([candidates[sid]["hits"][query] for sid in ranked]), at_least)]
 
 
 def wanted(state) -> list[str]:
@@ -70,8 +70,7 @@ def wanted(state) -> list[str]:
     if not queries:
         return []
     question = state.get("question") if state.get("question") in queries else queries[0]
-    ranked = ranking(candidates, question)
-    chosen = ranked[: max(head([candidates[sid]["hits"][question] for sid in ranked]), AT_LEAST)]
+    chosen = query_head(candidates, question, AT_LEAST)
     for query in queries:
         found = query_head(candidates, query)
         if query != question and found and not set(found) & set(chosen):

@@ -8,8 +8,8 @@ from apdmem.tools import search_memory
 
 def search(state, runtime) -> dict:
     """Search each query not searched yet on its own, preferring sessions in the question's date ranges, so
-    that what every sub-query found stays visible (the disclosure policy covers each one); merge the hits into the candidate sessions: the best score and its
-    unit kept, the score per query in `hits`, matched unit spans accumulated for later L2/L3 reads."""
+    that what every sub-query found stays visible (the disclosure policy covers each one); `collect` merges the
+    hits into the candidate sessions."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
@@ -26,7 +26,9 @@ def search(state, runtime) -> dict:
 
 
 def collect(candidates: dict[str, dict], query: str, docs) -> list[str]:
-    """Merge one query's hits (search documents) into `candidates`, in place; the session ids, best first."""
+    """Merge one query's hits (search documents) into `candidates`, in place: per session the best score and its
+    unit, the score per query in `hits`, matched unit spans accumulated for later L2/L3 reads. Returns the
+    session ids, best first."""
     for doc in docs:
         meta = doc.metadata
         slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0,
