@@ -2,8 +2,8 @@
 
 With `--ablation no-reflection`, which sessions the controller opens depends only on what its searches found:
 the question and the sub-queries `decompose` wrote (recorded in the run's `results.jsonl` as `searched`),
-each searched with the question's date ranges. This script ingests the dataset (raw L0), searches those
-queries as the `search` node does, and asks `policy.wanted` what it would open, for several values of
+each searched with the question's date ranges and rescored by the cross-encoder. This script ingests the
+dataset (raw L0), searches and rescores those queries as the `search` node does, and asks `policy.wanted` what it would open, for several values of
 `policy.HEAD`. It prints evidence recall among the opened sessions and the share of sessions opened, overall
 and per question type: minutes instead of the half hour of a full `--stop-after-disclosure` run.
 
@@ -23,10 +23,12 @@ from collections import defaultdict
 from apdmem.eval.metrics import mean
 from apdmem.eval.retrieval import ingest, load_cases
 from apdmem.graph.context import Context
+from apdmem.models import get_reranker
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import usable
 from apdmem.nodes.search import collect
+from apdmem.tools import search_memory
 
 TYPE_NAMES = {"knowledge-update": "update", "multi-session": "multi", "single-session-assistant": "assistant",
               "single-session-preference": "preference", "single-session-user": "user", "temporal-reasoning": "temporal"}
@@ -35,7 +37,7 @@ TYPE_NAMES = {"knowledge-update": "update", "multi-session": "multi", "single-se
 def candidates_of(memory, queries: list[str], ranges, top_k: int) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for query in queries:
-        collect(found, query, memory.search(query, k=top_k, date_range=ranges))
+        collect(found, query, search_memory(memory, query, k=top_k, date_range=ranges, reranker=get_reranker()))
     return found
 
 
@@ -43,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset")
     parser.add_argument("results", help="results.jsonl of an `apdmem eval longmemeval` run (for its sub-queries)")
-    parser.add_argument("--head", type=float, nargs="+", default=[0.35, 0.4, 0.45, 0.5, 0.55, 0.6], help="values of policy.HEAD to try")
+    parser.add_argument("--head", type=float, nargs="+", default=[0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35], help="values of policy.HEAD to try")
     parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
     args = parser.parse_args()
     with open(args.results, encoding="utf-8") as f:
@@ -72,7 +74,7 @@ def main() -> None:
             rows.append(row)
             by_type[case.type].append(row[0])
         types = "  ".join(f"{TYPE_NAMES.get(t, t)} {mean(v):.3f}" for t, v in sorted(by_type.items()))
-        print(f"{value:>5.2f} {mean([r[0] for r in rows]):>7.3f} {mean([r[1] for r in rows]):>7.1%} {mean([r[2] for r in rows]):>6.2f}   {types}")
+        print(f"{value:>5.3f} {mean([r[0] for r in rows]):>7.3f} {mean([r[1] for r in rows]):>7.1%} {mean([r[2] for r in rows]):>6.2f}   {types}")
 
 
 if __name__ == "__main__":

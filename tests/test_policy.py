@@ -24,10 +24,10 @@ def candidate(score: float, hits: dict, summary: str = "") -> dict:
 
 @pytest.mark.parametrize("scores, expected", [
     # Background = median after the first three places.
-    ([2.0, 1.9, 1.3, 1.2, 1.1, 1.0, 1.0], 2),   # background 1.05: 1.9 is 89% of the way to the best, 1.3 26%
-    ([2.0, 1.5, 1.3, 1.0, 1.0, 1.0], 2),        # background 1.0: 1.5 is 50% of the way: in; 1.3 (30%) is not
-    ([2.0, 1.45, 1.3, 1.0, 1.0, 1.0], 2),       # 45% exactly: in
-    ([2.0, 1.44, 1.3, 1.0, 1.0, 1.0], 1),       # 44%: out, the best alone stands out
+    ([2.0, 1.9, 1.3, 1.2, 1.1, 1.0, 1.0], 3),   # background 1.05: 1.9 is 89% of the way to the best, 1.3 26%
+    ([2.0, 1.9, 1.2, 1.2, 1.1, 1.0, 1.0], 2),   # 1.2 is 16% of the way: out
+    ([2.0, 1.25, 1.1, 1.0, 1.0, 1.0], 2),       # background 1.0: 25% exactly: in
+    ([2.0, 1.24, 1.1, 1.0, 1.0, 1.0], 1),       # 24%: out, the best alone stands out
     ([2.0, 1.99, 1.98, 1.97, 1.0, 1.0, 1.0], 4),  # a flat head: every session in it
     ([2.0, 1.9, 1.0], 2),                       # a short ranking: the last score is the background
     ([1.0, 1.0, 1.0], 1),                       # nothing stands out: the first only
@@ -44,6 +44,7 @@ def test_each_sub_query_is_covered_by_an_opened_session():
         "s1": candidate(2.0, {question: 2.0, sub_a: 1.9}),
         "s2": candidate(1.95, {question: 1.95}),
         "s3": candidate(1.0, {question: 1.0, sub_b: 1.0}),
+        "s6": candidate(1.0, {question: 1.0}),
         "s4": candidate(1.8, {sub_b: 1.8}),
         "s5": candidate(1.7, {sub_a: 1.0, sub_b: 1.2}),
     }
@@ -54,13 +55,11 @@ def test_each_sub_query_is_covered_by_an_opened_session():
     assert policy.wanted({**state, "searched": []}) == []
 
 
-def test_the_question_opens_its_runner_up_even_when_the_best_stands_alone():
+def test_a_session_that_stands_alone_is_opened_alone():
     scores = {"s1": 2.0, "s2": 1.1, "s3": 1.05, "s4": 1.0, "s5": 1.0}
     state = {"question": "q", "searched": ["q"], "candidates": {s: candidate(v, {"q": v}) for s, v in scores.items()}}
     assert policy.head(list(scores.values())) == 1
-    assert policy.wanted(state) == ["s1", "s2"]
-    one = {"question": "q", "searched": ["q"], "candidates": {"s1": candidate(2.0, {"q": 2.0})}}
-    assert policy.wanted(one) == ["s1"]
+    assert policy.wanted(state) == ["s1"]
 
 
 def test_a_session_is_read_deeper_when_its_l1_lacks_the_words_it_matched_on():

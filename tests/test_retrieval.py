@@ -236,8 +236,9 @@ def test_the_graph_searches_with_the_question_dates(make_memory, history, monkey
     state = {"question": "What did I do with my hobbies 10 days ago?", "question_date": "2024-04-30T10:00"}
     state |= normalize_dates(state, runtime)
     assert state["date_ranges"] == [["2024-04-20", "2024-04-20"]]
-    calls = []
-    monkeypatch.setattr(memory, "search", lambda *a, **kw: calls.append(kw) or type(memory).search(memory, *a, **kw))
+    calls, found = [], []
+    monkeypatch.setattr(memory, "search", lambda *a, **kw: calls.append(kw) or found.append(type(memory).search(memory, *a, **kw)) or found[-1])
     out = search({**state, "queries": [state["question"]]}, runtime)
     assert calls == [{"k": 3, "date_range": [("2024-04-20", "2024-04-20")]}]
-    assert max(out["candidates"], key=lambda s: out["candidates"][s]["score"]) == "s-guitar"
+    # The session of that day ranks first in the search (the cross-encoder then rescores what it found).
+    assert found[0][0].metadata["session_id"] == "s-guitar" and "s-guitar" in out["candidates"]

@@ -45,6 +45,7 @@ class Settings:
     controller_model: Any = _option(None, "Model for date fallback, decomposition and reflection (default: chat_model).")
     generator_model: Any = _option(None, "Model for organized notes and the final answer (default: chat_model).")
     embeddings: Any = _option("local", "Embeddings the memories are indexed with.")
+    reranker_model: Any = _option("local", "Cross-encoder that rescores what each search found, for the disclosure policy.")
     base_url: str | None = _option(None, "Model server the provider calls, e.g. an OpenAI-compatible one for 'openai:<model>' "
                                    "(also OPENAI_BASE_URL) or an Ollama host for 'ollama:<model>'.")
 
@@ -66,6 +67,12 @@ class Settings:
         from apdmem.models import get_chat_model
 
         return get_chat_model(self.generator_model, self.base_url)
+
+    def reranker(self):
+        """The cross-encoder of the controller's searches."""
+        from apdmem.models import get_reranker
+
+        return get_reranker(self.reranker_model)
 
     def open_memory(self, user_id: str):
         """A user's `Memory` under these settings (shared within the process, see `apdmem.memory.open_memory`)."""

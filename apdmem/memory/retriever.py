@@ -5,6 +5,9 @@ Fusion is score-aware: a unit's score is a weighted sum of its cosine similarity
 *coverage*, the BM25 score divided by the query's ceiling (`score_ceiling`). Both are absolute, so a signal
 that finds nothing (a question whose words the memory never uses) contributes little instead of promoting
 weak matches by rank, as Reciprocal Rank Fusion does. RRF is kept as `fusion="rrf"` for ablations.
+
+`rerank` rescores what a search returned with a cross-encoder, which reads the query and a unit together; the
+controller does this once per query, outside the millisecond budget of `Memory.search`.
 """
 
 from __future__ import annotations
@@ -128,6 +131,30 @@ def rank_sessions(
             if hit.session_id in session_dates:
                 hit.score += DATE_BOOST * PERFECT[fusion] * date_closeness(as_date(session_dates[hit.session_id]), ranges)
     return sorted(best.values(), key=lambda h: (-h.score, h.session_id))[:k]
+
+
+def rerank(query: str, docs: list[Document], reranker) -> list[Document]:
+    """The search documents `docs` rescored and re-sorted: each score becomes the mean of its standard score
+    among the hits and the standard score of the cross-encoder's logit for (query, unit text). The search keeps
+    half the say: it carries what the cross-encoder cannot see (dates, the session's other units).
+
+    The original scores stay in the metadata as ``search_score`` and ``rerank_score``.
+    """
+    if not docs:
+        return []
+    logits = np.asarray(reranker.score([(query, doc.page_content) for doc in docs]), dtype=np.float64)
+    searched = np.asarray([doc.metadata["score"] for doc in docs], dtype=np.float64)
+    fused = (standardized(searched) + standardized(logits)) / 2
+    rescored = [Document(page_content=doc.page_content, metadata={**doc.metadata, "score": float(score),
+                                                                  "search_score": doc.metadata["score"], "rerank_score": float(logit)})
+                for doc, score, logit in zip(docs, fused, logits)]
+    return sorted(rescored, key=lambda d: (-d.metadata["score"], d.metadata["session_id"]))
+
+
+def standardized(values: np.ndarray) -> np.ndarray:
+    """Values as standard scores (zeros when they do not vary)."""
+    spread = values.std()
+    return (values - values.mean()) / spread if spread > 0 else np.zeros_like(values)
 
 
 class HybridRetriever(BaseRetriever):

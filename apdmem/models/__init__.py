@@ -1,4 +1,5 @@
-"""The one place that picks models: chat models and embeddings from a specification, or objects as they are.
+"""The one place that picks models: chat models, embeddings and the reranker from a specification, or objects
+as they are.
 
 Specifications:
 - ``"local"`` (the default): the embedded models of `apdmem.models.local`, no key and no network.
@@ -8,6 +9,9 @@ Specifications:
   'apdmem[anthropic]'``, or the package the error names). `base_url` goes to the provider: an
   OpenAI-compatible server (llama.cpp, vLLM ...) for ``openai:``, an Ollama host for ``ollama:``.
 - A LangChain object (``ChatAnthropic(...)``, any `BaseChatModel` or `Embeddings`): used as it is.
+
+The reranker is ``"local"`` (the embedded cross-encoder) or any object with LangChain's cross-encoder interface,
+``score(text_pairs) -> list[float]`` (e.g. ``HuggingFaceCrossEncoder`` of langchain-community).
 
 Models named by a specification are created once per process and shared.
 """
@@ -26,10 +30,11 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel
 
 from apdmem.errors import ConfigError
-from apdmem.models.local import LocalChatModel, LocalMiniLM, package_dir
+from apdmem.models.local import LocalChatModel, LocalCrossEncoder, LocalMiniLM, package_dir
 
 DEFAULT_CHAT = "local"
 DEFAULT_EMBEDDINGS = "local"
+DEFAULT_RERANKER = "local"
 
 # Providers with an optional extra of apdmem (pyproject.toml) that installs their package, langchain-<provider>.
 EXTRAS = ("anthropic", "ollama", "google_genai", "mistralai", "groq", "deepseek")
@@ -48,6 +53,21 @@ def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | Non
 def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
     """Embeddings for a specification ("local", "<provider>:<model>"); an object is returned as it is."""
     return _embeddings(spec, base_url) if isinstance(spec, str) else spec
+
+
+def get_reranker(spec=DEFAULT_RERANKER):
+    """The cross-encoder that rescores search hits: "local" (created once per process), or an object with
+    ``score(text_pairs) -> list[float]``, returned as it is."""
+    if spec == "local":
+        return _local_reranker()
+    if isinstance(spec, str) or not callable(getattr(spec, "score", None)):
+        raise ConfigError(f"reranker {spec!r} is not 'local' nor an object with score(text_pairs)")
+    return spec
+
+
+@functools.cache
+def _local_reranker() -> LocalCrossEncoder:
+    return LocalCrossEncoder()
 
 
 @functools.cache

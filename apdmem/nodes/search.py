@@ -1,4 +1,5 @@
-"""`search`: hybrid search over L0 for every pending query; sessions merged by their best unit."""
+"""`search`: hybrid search over L0 for every pending query, rescored by the cross-encoder; sessions merged by their
+best unit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from apdmem.tools import search_memory
 
 
 def search(state, runtime) -> dict:
-    """Search each query not searched yet on its own, preferring sessions in the question's date ranges, so
+    """Search each query not searched yet on its own, preferring sessions in the question's date ranges, and
+    rescore its hits with the cross-encoder (the policy reads how those scores fall off). Each query on its own, so
     that what every sub-query found stays visible (the disclosure policy covers each one); `collect` merges the
     hits into the candidate sessions."""
     ctx = runtime.context
@@ -16,8 +18,9 @@ def search(state, runtime) -> dict:
     candidates = {sid: {**c, "spans": list(c["spans"]), "hits": dict(c["hits"])} for sid, c in state.get("candidates", {}).items()}
     memory, found = open_memory(runtime), []
     ranges = [tuple(r) for r in state.get("date_ranges", [])] or None
+    reranker = ctx.settings.reranker()
     for query in queries:
-        found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, date_range=ranges))
+        found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, date_range=ranges, reranker=reranker))
     sessions = list(dict.fromkeys(found))
     step = state.get("step", 0) + 1
     annotate(step=step, queries=queries, session_ids=sessions)

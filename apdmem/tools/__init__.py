@@ -12,14 +12,21 @@ from langchain_core.tools import BaseTool, tool
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import TURN_CHARS
 from apdmem.memory.records import Usage
+from apdmem.memory.retriever import rerank
 
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = 10, date_range=None) -> list[Document]:
+def search_memory(memory, queries: str | list[str], k: int = 10, date_range=None, reranker=None) -> list[Document]:
     """Top-k sessions for one or several queries, each with its best L0 summary; sessions in `date_range`
-    (a (start, end) pair or a list of them, see `Memory.search`) rank higher."""
-    return memory.search(queries, k=k, date_range=date_range)
+    (a (start, end) pair or a list of them, see `Memory.search`) rank higher. With a `reranker` (a
+    cross-encoder) the k sessions are rescored for the query (one query only; see `retriever.rerank`)."""
+    docs = memory.search(queries, k=k, date_range=date_range)
+    if reranker is None:
+        return docs
+    if not isinstance(queries, str):
+        raise ValueError("reranking needs one query, not a list")
+    return rerank(queries, docs, reranker)
 
 
 def read_facts(memory, session_id: str, usage: Usage | None = None) -> list[Evidence]:
