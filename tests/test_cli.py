@@ -11,7 +11,8 @@ from apdmem.cli import main
 @pytest.fixture(autouse=True)
 def plain_environment(monkeypatch):
     """Options come from the command line only: no stray model, server, user or mode from the shell."""
-    for name in ("APDMEM_CHAT_MODEL", "APDMEM_EMBEDDINGS", "APDMEM_L0_MODE", "APDMEM_USER_ID", "OPENAI_BASE_URL"):
+    for name in ("APDMEM_CHAT_MODEL", "APDMEM_EMBEDDINGS", "APDMEM_RERANKER_MODEL", "APDMEM_L0_MODE", "APDMEM_USER_ID",
+                 "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
 
 

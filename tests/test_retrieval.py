@@ -14,8 +14,9 @@ from apdmem.eval.retrieval import format_report, load_cases, run
 from apdmem.memory import Session, Turn, load_locomo
 from apdmem.memory.index import K1, RankBM25, SparseBM25, tokenize
 from apdmem.memory.layers import raw_unit
+from apdmem.errors import ConfigError
 from apdmem.memory.retriever import (DATE_BOOST, DATE_SLACK_DAYS, DENSE_WEIGHT, PERFECT, date_closeness, date_ranges,
-                                     fuse, rank_sessions)
+                                     fuse, rank_sessions, rerank)
 
 LOCOMO = Path(__file__).parent / "fixtures" / "locomo_small.json"
 
@@ -242,3 +243,67 @@ def test_the_graph_searches_with_the_question_dates(make_memory, history, monkey
     assert calls == [{"k": 3, "date_range": [("2024-04-20", "2024-04-20")]}]
     # The session of that day ranks first in the search (the cross-encoder then rescores what it found).
     assert found[0][0].metadata["session_id"] == "s-guitar" and "s-guitar" in out["candidates"]
+
+
+# ------------------------------------------------------------------------------------------------ reranking
+
+
+def test_the_cross_encoder_rescores_what_a_search_found():
+    from langchain_core.documents import Document
+
+    from apdmem.models import get_reranker
+
+    query = "What did the physiotherapist say about my running injury?"
+    texts = {  # the search ranked the answer third, just below two sessions about something else
+        "s-japan": "user: I'm planning a trip to Japan next spring to see the cherry blossoms.",
+        "s-bread": "user: I feed my sourdough starter with rye flour every morning.",
+        "s-knee": "user: My physiotherapist says it's runner's knee and gave me squats and lunges.",
+        "s-guitar": "user: I'm learning Blackbird by the Beatles on my acoustic guitar.",
+        "s-job": "user: I started a new job last week; my manager is called Priya.",
+    }
+    docs = [Document(page_content=text, metadata={"session_id": sid, "score": score})
+            for (sid, text), score in zip(texts.items(), [0.60, 0.59, 0.58, 0.40, 0.38])]
+    reranker = get_reranker()
+    assert get_reranker("local") is reranker  # loaded once per process
+    logits = dict(zip(texts, reranker.score([(query, text) for text in texts.values()])))
+    assert logits["s-knee"] > max(v for sid, v in logits.items() if sid != "s-knee") + 3  # it reads both together
+    rescored = rerank(query, docs, reranker)
+    assert rescored[0].metadata["session_id"] == "s-knee"
+    assert {d.metadata["session_id"]: d.metadata["search_score"] for d in rescored} == {d.metadata["session_id"]: d.metadata["score"] for d in docs}
+    assert {d.metadata["session_id"]: d.metadata["rerank_score"] for d in rescored} == pytest.approx(logits, abs=1e-5)
+    fused = [d.metadata["score"] for d in rescored]
+    assert sum(fused) == pytest.approx(0.0, abs=1e-9) and fused == sorted(fused, reverse=True)
+    # Batches pad to their longest pair: padding barely moves a logit (the int8 scales are set per batch).
+    assert reranker.score([(query, texts["s-knee"])]) == pytest.approx([logits["s-knee"]], abs=0.05)
+    assert rerank(query, [], reranker) == []
+    assert [d.metadata["score"] for d in rerank(query, docs[:1], reranker)] == [0.0]  # one hit: nothing to compare
+
+
+def test_search_memory_rescores_one_query_with_the_settings_reranker(make_memory, history):
+    from types import SimpleNamespace
+
+    from apdmem.graph import Context, Settings
+    from apdmem.models import get_reranker
+    from apdmem.nodes import policy
+    from apdmem.nodes.search import search
+    from apdmem.tools import search_memory
+
+    pairs = []
+
+    class Recording:  # any object with LangChain's cross-encoder interface
+        def score(self, text_pairs):
+            pairs.extend(text_pairs)
+            return get_reranker().score(text_pairs)
+
+    memory = make_memory()
+    memory.ingest(history)
+    question = "What did the physiotherapist say about my running injury?"
+    runtime = SimpleNamespace(context=Context(memory=memory, settings=Settings(reranker_model=Recording()), top_k=4), stream_writer=None)
+    out = search({"question": question, "queries": [question, "knee exercises"]}, runtime)
+    searched = [d.page_content for q in (question, "knee exercises") for d in memory.search(q, k=4)]
+    assert sorted(pairs) == sorted(zip([question] * 4 + ["knee exercises"] * 4, searched))
+    assert policy.ranking(out["candidates"], question)[0] == "s-knee"
+    with pytest.raises(ValueError, match="one query"):
+        search_memory(memory, [question, "knee"], reranker=Recording())
+    with pytest.raises(ConfigError, match=r"unknown reranker 'cohere' \(APDMEM_RERANKER_MODEL\)"):
+        Settings(reranker_model="cohere").reranker()

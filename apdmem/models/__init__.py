@@ -61,7 +61,8 @@ def get_reranker(spec=DEFAULT_RERANKER):
     if spec == "local":
         return _local_reranker()
     if isinstance(spec, str) or not callable(getattr(spec, "score", None)):
-        raise ConfigError(f"reranker {spec!r} is not 'local' nor an object with score(text_pairs)")
+        raise ConfigError(f"unknown reranker {spec!r} (APDMEM_RERANKER_MODEL): use 'local', or from Python an object "
+                          "with score(text_pairs)")
     return spec
 
 
