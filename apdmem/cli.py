@@ -164,13 +164,16 @@ def cmd_demo(args) -> None:
               "use --chat-model <provider>:<model> for real answers.)")
 
 
+DEMO_SHOWN = 8  # sessions of the ranking the demo prints
+
+
 def show_disclosure(final: dict, item) -> None:
     """What the controller searched and opened, and the benchmark's evidence turns it disclosed verbatim."""
     candidates = final.get("candidates", {})
     ranked = sorted(candidates, key=lambda sid: -candidates[sid]["score"])
     opened = final.get("opened", {})
-    print(f"\nSessions searched: {len(item.sessions)}; found by the search, best first: "
-          + ", ".join(f"{sid} ({candidates[sid]['score']:.4f})" for sid in ranked))
+    print(f"\nSessions searched: {len(item.sessions)}; the search's best {min(len(ranked), DEMO_SHOWN)} of {len(ranked)} "
+          "found, with their rescored scores: " + ", ".join(f"{sid} ({candidates[sid]['score']:+.2f})" for sid in ranked[:DEMO_SHOWN]))
     print(f"Sessions opened ({len(opened)} of {len(item.sessions)}, {len(opened) / len(item.sessions):.0%}): "
           + (", ".join(f"{sid} at {layer}" for sid, layer in opened.items()) or "none")
           + f"; steps: {final.get('step', 0)}; stop: {final.get('stop_reason', '')}")

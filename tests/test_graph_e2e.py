@@ -71,7 +71,7 @@ def test_cli_demo():
                          cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
-    assert "50 sessions, 495 turns" in out and "Sessions searched: 50; found by the search, best first: " + GOLD in out
+    assert "50 sessions, 495 turns" in out and "Sessions searched: 50; the search's best 8 of 20 found, with their rescored scores: " + GOLD in out
     assert f"Evidence session of the benchmark: {GOLD}, opened at L3" in out
     assert f"Evidence turn disclosed verbatim (session {GOLD}, 2023-05-29, turn 7):" in out and "I brought 7 shirts" in out
     assert "\nAnswer: " in out and "Reference answer: 7" in out and "Wall time: " in out

@@ -303,6 +303,9 @@ def test_search_memory_rescores_one_query_with_the_settings_reranker(make_memory
     searched = [d.page_content for q in (question, "knee exercises") for d in memory.search(q, k=4)]
     assert sorted(pairs) == sorted(zip([question] * 4 + ["knee exercises"] * 4, searched))
     assert policy.ranking(out["candidates"], question)[0] == "s-knee"
+    # A session's score is its best over the queries, negative ones (standard scores) included.
+    scores = {sid: c["score"] for sid, c in out["candidates"].items()}
+    assert scores == {sid: max(c["hits"].values()) for sid, c in out["candidates"].items()} and min(scores.values()) < 0
     with pytest.raises(ValueError, match="one query"):
         search_memory(memory, [question, "knee"], reranker=Recording())
     with pytest.raises(ConfigError, match=r"unknown reranker 'cohere' \(APDMEM_RERANKER_MODEL\)"):

@@ -34,9 +34,9 @@ def collect(candidates: dict[str, dict], query: str, docs) -> list[str]:
     session ids, best first."""
     for doc in docs:
         meta = doc.metadata
-        slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content, "score": 0.0,
-                                                          "spans": [], "hits": {}})
-        if meta["score"] > slot["score"]:
+        slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content,
+                                                          "score": meta["score"], "spans": [], "hits": {}})
+        if meta["score"] > slot["score"]:  # rescored scores are standard scores: they may be negative
             slot.update(summary=doc.page_content, score=meta["score"])
         slot["hits"][query] = meta["score"]
         if meta["span"] not in slot["spans"]:
