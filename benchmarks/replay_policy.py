@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
+import time
 from collections import defaultdict
 
 from apdmem.eval.metrics import mean
@@ -34,10 +36,14 @@ TYPE_NAMES = {"knowledge-update": "update", "multi-session": "multi", "single-se
               "single-session-preference": "preference", "single-session-user": "user", "temporal-reasoning": "temporal"}
 
 
-def candidates_of(memory, queries: list[str], ranges, top_k: int) -> dict[str, dict]:
+def candidates_of(memory, queries: list[str], ranges, top_k: int, seconds: list[float]) -> dict[str, dict]:
+    """What the `search` node finds for these queries; the time of each search with its rescoring goes to `seconds`."""
     found: dict[str, dict] = {}
     for query in queries:
-        collect(found, query, search_memory(memory, query, k=top_k, date_range=ranges, reranker=get_reranker()))
+        started = time.perf_counter()
+        docs = search_memory(memory, query, k=top_k, date_range=ranges, reranker=get_reranker())
+        seconds.append(time.perf_counter() - started)
+        collect(found, query, docs)
     return found
 
 
@@ -54,7 +60,7 @@ def main() -> None:
     cases = [c for c in cases if c.question_id in searched]
     with tempfile.TemporaryDirectory(prefix="apdmem-replay-") as directory:
         memories, _ = ingest({c.user: conversations[c.user] for c in cases}, directory, l0_mode="raw")
-        states = []
+        states, seconds = [], []
         for case in cases:
             hints = resolve_relative_dates(case.question, case.question_date.date())
             memory = memories[case.user]
@@ -62,8 +68,9 @@ def main() -> None:
             queries = [case.question] + [q for q in searched[case.question_id][1:] if usable(q, case.question)]
             states.append((case, len(memory.manifest["sessions"]), {
                 "question": case.question, "searched": queries,
-                "candidates": candidates_of(memory, queries, [(h.start, h.end) for h in hints] or None, args.top_k)}))
-    print(f"{len(cases)} questions\n")
+                "candidates": candidates_of(memory, queries, [(h.start, h.end) for h in hints] or None, args.top_k, seconds)}))
+    print(f"{len(cases)} questions; search and rescoring of {args.top_k} sessions per query: median "
+          f"{statistics.median(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms over {len(seconds)} queries\n")
     print(f"{'HEAD':>5} {'recall':>7} {'opened':>7} {'count':>6}   recall per type")
     for value in args.head:
         policy.HEAD = value
