@@ -93,7 +93,8 @@ class Context:
 
     user_id: str = _option("default", "Whose memory to read (a namespace; with server auth on, the authenticated user).")
     tmax: int = _option(20, "Step budget: searches, drills (one per session and layer) and reflections.")
-    top_k: int = _option(20, "Sessions returned by each search (the disclosure policy reads how their scores fall off).")
+    top_k: int = _option(20, "Sessions returned and rescored by each search (the disclosure policy reads how their scores fall "
+                         "off; its threshold was set with 20).")
     drill_width: int = _option(3, "Most session reads in one round of drilling (they run concurrently).")
     max_queries: int = _option(4, "Most sub-queries a question is decomposed into.")
     # Ablations (the paper's Table 4); all on by default.
