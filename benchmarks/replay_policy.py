@@ -3,9 +3,10 @@
 With `--ablation no-reflection`, which sessions the controller opens depends only on what its searches found:
 the question and the sub-queries `decompose` wrote (recorded in the run's `results.jsonl` as `searched`),
 each searched with the question's date ranges and rescored by the cross-encoder. This script ingests the
-dataset (raw L0), searches and rescores those queries as the `search` node does, and asks `policy.wanted` what it would open, for several values of
-`policy.HEAD`. It prints evidence recall among the opened sessions and the share of sessions opened, overall
-and per question type: minutes instead of the half hour of a full `--stop-after-disclosure` run.
+dataset (raw L0), searches and rescores those queries as the `search` node does, and asks `policy.wanted` what
+it would open, for several values of `policy.HEAD`. It prints evidence recall among the opened sessions and the
+share of sessions opened, overall and per question type: minutes instead of the half hour of a full
+`--stop-after-disclosure` run.
 
 Date ranges come from the deterministic parser only (the model fallback of `normalize_dates` is not replayed).
 

