@@ -39,7 +39,7 @@ def demo_run():
         item = demo_item()
         memory = Memory("demo", store=memory_store(), l0_mode="raw")
         memory.ingest(item.sessions)
-        final, events = run_graph(item.question, Context(memory=memory, tmax=TMAX), item.question_date.isoformat())
+        final, events = run_graph(item.question, Context(tmax=TMAX), item.question_date.isoformat(), memory=memory)
     return item, memory, final, events
 
 

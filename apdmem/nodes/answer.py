@@ -10,12 +10,12 @@ from apdmem.nodes.notes import generate
 NOT_FOUND = "I don't have that information from our past conversations."
 
 
-def answer(state, runtime) -> dict:
+def answer(state, runtime, *, settings) -> dict:
     ctx, usage = runtime.context, Usage()
     draft = state.get("draft", "") if ctx.draft_answer else ""
     reply = ""
     if state.get("evidence"):
         prompt = prompts.ANSWER.format(today=state.get("today", ""), question=state["question"],
                                        notes=state.get("notes", ""), draft=draft or "(none)")
-        reply = generate(ctx.settings.generator(), prompt, usage)
+        reply = generate(settings.generator(), prompt, usage)
     return {"answer": reply or draft or NOT_FOUND, **usage_update("answer", usage)}

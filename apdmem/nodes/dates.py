@@ -211,13 +211,13 @@ def resolve_with_model(question: str, today: date, model, usage) -> list[DateHin
     return hints
 
 
-def normalize_dates(state, runtime) -> dict:
+def normalize_dates(state, runtime, *, settings) -> dict:
     """Resolve relative dates in the question against the question date."""
     ctx, today, usage = runtime.context, question_today(state).date(), Usage()
     hints: list[DateHint] = []
     if ctx.date_normalization:
         hints = resolve_relative_dates(state["question"], today)
         if unresolved_cues(state["question"], hints):
-            hints += resolve_with_model(state["question"], today, ctx.settings.controller(), usage)
+            hints += resolve_with_model(state["question"], today, settings.controller(), usage)
     return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}
