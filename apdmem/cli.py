@@ -61,7 +61,14 @@ def cmd_ingest(args) -> None:
 
 
 def cmd_search(args) -> None:
-    for rank, doc in enumerate(_memory(args).search(args.query, k=args.k, min_score=args.min_score), 1):
+    memory = _memory(args)
+    docs = memory.search(args.query, k=args.k, min_score=args.min_score)
+    if not docs and args.min_score is not None:
+        best = memory.search(args.query, k=1)
+        if best:  # say why nothing is shown: the cut-off, not an empty memory
+            print(f"apdmem: no session scores at least {args.min_score} (the best scores {best[0].metadata['score']:.4f})",
+                  file=sys.stderr)
+    for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
         text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
         print(f"{rank}. {meta['session_id']}  {meta['date'][:16]}  turns {meta['span'][0] + 1}-{meta['span'][1]}  score {meta['score']:.4f}")
@@ -332,8 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_locomo_parser(evals, [common, graph, l0])
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    p = bench.add_parser("retrieval", parents=[models], help="first-pass retrieval on a LongMemEval or LoCoMo file "
-                         "(ingested into a fresh temporary store, so that ingestion is timed from scratch)")
+    about = ("first-pass retrieval on a LongMemEval or LoCoMo file (ingested into a fresh temporary store, so that "
+             "ingestion is timed from scratch)")
+    p = bench.add_parser("retrieval", parents=[models], help=about, description=about)
     p.add_argument("dataset", help="a LongMemEval file (e.g. longmemeval_s_cleaned.json) or a LoCoMo file (locomo10.json)")
     p.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default="raw",
                    help="L0 units by the chat model (llm), the window text (raw, the default here) or auto")

@@ -1,17 +1,14 @@
 """End to end on the embedded models (MiniLM, SmolLM2-135M on llama.cpp): the graph in process, an llm-mode
-ingestion, the CLI demo and the quickstart notebook. Slow: each run of the tiny model takes a minute or more."""
+ingestion and the CLI demo (the quickstart notebook: tests/test_notebook.py). Slow: each run of the tiny model
+takes a minute or more."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 from conftest import HISTORY, make_session
 from graph_helpers import clean_environment, demo_item, run_graph
-from jupyter_client.kernelspec import KernelSpecManager
-from nbclient import NotebookClient
 
 from apdmem.graph import Context
 from apdmem.memory import Memory
@@ -75,16 +72,3 @@ def test_cli_demo():
     assert f"Evidence session of the benchmark: {GOLD}, opened at L3" in out
     assert f"Evidence turn disclosed verbatim (session {GOLD}, 2023-05-29, turn 7):" in out and "I brought 7 shirts" in out
     assert "\nAnswer: " in out and "Reference answer: 7" in out and "Wall time: " in out
-
-
-def test_quickstart_notebook(tmp_path, monkeypatch):
-    for key, value in offline_env().items():
-        monkeypatch.setenv(key, value)
-    notebook = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
-    # "python3" is the spec ipykernel installs in this venv; its "python" is replaced by this very interpreter.
-    assert KernelSpecManager().get_kernel_spec("python3").argv[0] in ("python", "python3", sys.executable)
-    client = NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
-    printed = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs)
-    assert "Answer:" in printed and f"opened: {{'{GOLD}'" in printed and "# L1 key facts" in printed
-    assert "'event': 'drill'" in printed and "step:" in printed
