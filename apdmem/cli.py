@@ -335,8 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     evals = sub.add_parser("eval", help="question-answering benchmarks").add_subparsers(dest="eval", required=True)
     from apdmem.eval import locomo, longmemeval
 
-    longmemeval.add_parser(evals, [common, graph, l0])
-    locomo.add_locomo_parser(evals, [common, graph, l0])
+    cache = Parser(add_help=False)  # a benchmark keeps its own memories, never in the user's store
+    cache.add_argument("--store", "--memory-dir", dest="store", default=None,
+                       help="directory where the benchmark's memories are kept between runs (default: a 'memory' "
+                            "directory in the output directory)")
+    longmemeval.add_parser(evals, [cache, models, graph, l0])
+    locomo.add_locomo_parser(evals, [cache, models, graph, l0])
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     about = ("first-pass retrieval on a LongMemEval or LoCoMo file (ingested into a fresh temporary store, so that "
