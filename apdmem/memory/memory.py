@@ -38,7 +38,7 @@ from apdmem.memory.records import Session, Unit, Usage, check_id
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, open_store, session_key
 from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings
-from apdmem.settings import Settings
+from apdmem.settings import L0_MODES, Settings
 
 FORMAT = 2
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
@@ -118,6 +118,8 @@ class Memory:
         settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
         store, chat_model, embeddings, base_url = settings.store, settings.chat_model, settings.embeddings, settings.base_url
         l0_mode = settings.l0_mode
+        if l0_mode not in L0_MODES:
+            raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         if l0_mode == "auto":
             # The embedded 135M model writes summaries worse than the text they summarize: index raw windows.
             l0_mode = "raw" if chat_model == "local" else "llm"
