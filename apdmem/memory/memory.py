@@ -37,7 +37,7 @@ from apdmem.memory.index import UnitIndex
 from apdmem.memory.records import Session, Unit, Usage, check_id
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, open_store, session_key
-from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings
+from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, is_embedded
 from apdmem.settings import L0_MODES, Settings
 
 FORMAT = 2
@@ -95,7 +95,8 @@ class Memory:
     the models, `base_url` and `l0_mode` left unset are resolved by `apdmem.settings.Settings`, as the graph, the
     tools, the command line and a server resolve them (``APDMEM_STORE``, ``APDMEM_CHAT_MODEL`` ..., default
     ``~/.apdmem`` and the embedded models). `l0_mode` is "llm" (units summarized by the chat model), "raw" (the
-    window text, no model call) or "auto" (raw with the embedded chat model, llm otherwise). Models are
+    window text, no model call) or "auto" (raw with the embedded chat models "local" and "local:smollm2", llm
+    otherwise). Models are
     specification strings (see `apdmem.models`) or LangChain objects. Everything this object reads or writes is
     inside the user's namespace. Several processes may read and write one user's memory at once.
     """
@@ -121,8 +122,9 @@ class Memory:
         if l0_mode not in L0_MODES:
             raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         if l0_mode == "auto":
-            # The embedded 135M model writes summaries worse than the text they summarize: index raw windows.
-            l0_mode = "raw" if chat_model == "local" else "llm"
+            # No generative model ("local"), or the embedded 135M one, whose summaries are worse than the text
+            # they summarize: index raw windows.
+            l0_mode = "raw" if is_embedded(chat_model) else "llm"
         self.store = UserStore(open_store(store), user_id)
         self._chat_spec, self._base_url = chat_model, base_url
         self.embeddings = get_embeddings(embeddings, base_url)
