@@ -9,6 +9,7 @@ import sys
 import time
 
 from apdmem.errors import ApdmemError, ConfigError
+from apdmem.memory.records import readable
 
 
 def _memory(args, **overrides):
@@ -97,6 +98,9 @@ def _context(args, memory):
                    drill_width=args.drill_width, reflection=not args.no_reflection)
 
 
+QUERY_SHOWN = 100  # characters of a query the progress lines show (a question may be pages long)
+
+
 def ask(question: str, question_date: str | None, context) -> dict:
     """Run the controller graph, printing each disclosure as it happens; returns the final state."""
     from apdmem.graph import build_graph
@@ -107,7 +111,8 @@ def ask(question: str, question_date: str | None, context) -> dict:
         if mode == "values":
             final = chunk
         elif chunk["event"] == "search":
-            print(f"  [step {chunk['step']}] search {chunk['queries']} -> {len(chunk['sessions'])} sessions", flush=True)
+            queries = [q if len(q) <= QUERY_SHOWN else q[: QUERY_SHOWN - 3] + "..." for q in chunk["queries"]]
+            print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)
         elif chunk["event"] == "drill":
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
             print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}", flush=True)
@@ -272,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_migrate)
     p = sub.add_parser("token", help="a signed token for a user of a LangGraph server with auth on ($APDMEM_AUTH_SECRET)")
     p.add_argument("user_id")
-    p.add_argument("--days", type=positive, default=30, help="validity (default 30 days)")
+    p.add_argument("--days", type=positive, default=30, help="validity in days, at most 365 (default 30); "
+                   "$APDMEM_AUTH_NOT_BEFORE on the server revokes tokens issued before a time")
     p.set_defaults(func=cmd_token)
     p = sub.add_parser("demo", parents=[common, graph, l0, asking], help="ingest a real user history (50 sessions) and answer its question")
     p.set_defaults(func=cmd_demo)
@@ -306,11 +312,17 @@ def main(argv: list[str] | None = None) -> int:
         log.propagate = propagate
 
 
+FREE_TEXT = ("query", "question")  # the arguments that are free text, not ids, paths or options
+
+
 def _run(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage errors (already printed in one line) and --help
         return int(exc.code or 0)
+    for name in FREE_TEXT:  # invalid UTF-8 bytes in the shell's argument become U+FFFD; ids are checked instead
+        if isinstance(getattr(args, name, None), str):
+            setattr(args, name, readable(getattr(args, name)))
     try:
         args.func(args)
         sys.stdout.flush()

