@@ -30,3 +30,4 @@ def test_quickstart_notebook_runs_with_jupyter_execute(tmp_path):
     assert "1 session(s), " in printed and "Answer (extractive): " in printed and "Reference answer:" in printed
     assert f"opened: {{'{GOLD}'" in printed and "'event': 'drill'" in printed and "step:" in printed
     assert "# L1 key facts" in printed
+    assert "session thread-demo-chat" in printed and "\nfact-" in printed  # the agent's thread and fact were saved
