@@ -344,8 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real user history (50 sessions) and answer its question")
     p.add_argument("--no-reflection", action="store_true",
                    help="no model reflection between rounds: the deterministic disclosure policy decides (always so with "
-                        "the embedded chat model, which cannot judge evidence; this flag matters with --chat-model or "
-                        "--controller-model <provider>:<model>)")
+                        "the embedded chat models, local and local:smollm2, which cannot judge evidence; this flag matters "
+                        "with --chat-model or --controller-model <provider>:<model>)")
     p.set_defaults(func=cmd_demo)
 
     evals = sub.add_parser("eval", help="question-answering benchmarks").add_subparsers(dest="eval", required=True)

@@ -163,7 +163,7 @@ def test_help_names_what_the_options_take(capsys):
     assert "how many sessions (default 5)" in help_of("search", capsys=capsys)
     assert "--min-score MIN_SCORE leave out sessions scoring below this" in help_of("search", capsys=capsys)
     assert "(default $APDMEM_TOP_K, else 20; the policy's threshold was set with 20)" in help_of("ask", capsys=capsys)
-    assert "always so with the embedded chat model" in help_of("demo", capsys=capsys)
+    assert "always so with the embedded chat models, local and local:smollm2" in help_of("demo", capsys=capsys)
     bench = help_of("bench", "retrieval", capsys=capsys)
     assert "--store" not in bench and "fresh temporary store" in bench
 
