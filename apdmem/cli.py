@@ -272,8 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "$APDMEM_MEMORY_DIR, else ~/.apdmem)")
     models = Parser(add_help=False)
     models.add_argument("--chat-model", default=None,
-                        help="model that builds the layers: 'local' (the embedded one) or any LangChain '<provider>:<model>', "
-                             "e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, ollama:llama3.1 (default $APDMEM_CHAT_MODEL, else local)")
+                        help="model that builds the layers (and, unless told otherwise, controls and answers): 'local' (no "
+                             "generative model: extractive layers and answers), 'local:smollm2' (the embedded SmolLM2, extra "
+                             "local-chat) or any LangChain '<provider>:<model>', e.g. openai:gpt-4.1-mini, "
+                             "anthropic:claude-sonnet-4-5, ollama:llama3.1 (default $APDMEM_CHAT_MODEL, else local)")
     models.add_argument("--embeddings", default=None,
                         help="'local' (the embedded MiniLM) or any LangChain '<provider>:<model>', e.g. "
                              "openai:text-embedding-3-small, ollama:nomic-embed-text (default $APDMEM_EMBEDDINGS, else local)")
