@@ -140,6 +140,7 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
 
 
 def cmd_ask(args) -> None:
+    from apdmem.graph import build_graph
     from apdmem.memory.loaders import parse_date
 
     if not args.question.strip():
@@ -149,8 +150,6 @@ def cmd_ask(args) -> None:
             parse_date(args.date)
         except ValueError as exc:
             raise ConfigError(f"--date: {exc}") from None
-    from apdmem.graph import build_graph
-
     memory = _memory(args)
     final = ask(args.question, args.date, build_graph(settings=_settings(args), memory=memory), _context(args, memory))
     print(f"\n{final.get('answer', '')}\n(mode: {final.get('answer_mode', '')})")
@@ -233,9 +232,9 @@ def evidence_turn(evidence: dict, item) -> int | None:
 
 
 def cmd_bench_retrieval(args) -> None:
-    from apdmem.eval.retrieval import format_report, run
-
     from pathlib import Path
+
+    from apdmem.eval.retrieval import format_report, run
 
     result = run(args.dataset, l0_mode=args.l0_mode, chat_model=args.chat_model, embeddings=args.embeddings, base_url=args.base_url,
                  limit=args.limit, output=args.output, dates=not args.no_dates)
