@@ -150,7 +150,7 @@ while True:
     finished = __import__("os").path.exists(stop)
     try:
         docs = memory.search("what did I say about my plans", k=5)
-        generation = memory._current  # what that search read
+        generation = memory.generations.current  # what that search read
         listed = {s for s, m in generation.manifest["sessions"].items() if m["units"]}
         indexed = {u.session_id for u in generation.index.units} if generation.index else set()
         if indexed != listed or any(d.metadata["session_id"] not in listed for d in docs):

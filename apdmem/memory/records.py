@@ -26,6 +26,22 @@ def check_id(value: object, what: str) -> str:
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def readable(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, the replacement character.
+
+    Python turns the invalid UTF-8 bytes of a command-line argument into lone surrogates, and a JSON escape can
+    carry one; no encoder, tokenizer or model client accepts them. Free text (a question, a query) goes through
+    this once where it enters apdmem; ids are refused instead (`check_id`).
+
+    >>> readable("caf\\udcff au lait")
+    'caf\ufffd au lait'
+    """
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _utf8(text: str) -> bool:
     try:
         text.encode("utf-8")

@@ -15,7 +15,7 @@ from datetime import date, timedelta
 from pydantic import BaseModel, Field
 
 from apdmem import prompts
-from apdmem.memory.records import Usage
+from apdmem.memory.records import Usage, readable
 from apdmem.models import ask_structured
 from apdmem.nodes.common import question_today, usage_update
 
@@ -212,12 +212,14 @@ def resolve_with_model(question: str, today: date, model, usage) -> list[DateHin
 
 
 def normalize_dates(state, runtime) -> dict:
-    """Resolve relative dates in the question against the question date."""
+    """Resolve relative dates in the question against the question date. This is the graph's first node: the
+    question the others read is the input's with lone surrogates replaced (`readable`)."""
     ctx, today, usage = runtime.context, question_today(state).date(), Usage()
+    question = readable(state["question"])
     hints: list[DateHint] = []
     if ctx.date_normalization:
-        hints = resolve_relative_dates(state["question"], today)
-        if unresolved_cues(state["question"], hints):
-            hints += resolve_with_model(state["question"], today, ctx.settings.controller(), usage)
-    return {"today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
+        hints = resolve_relative_dates(question, today)
+        if unresolved_cues(question, hints):
+            hints += resolve_with_model(question, today, ctx.settings.controller(), usage)
+    return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}
