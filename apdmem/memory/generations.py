@@ -468,13 +468,18 @@ class Generations:
                 pass  # read-only: served from memory
         return units
 
-    def write_session(self, session: Session, units: list[Unit], *, whole: bool = True) -> None:
-        """Write a session's layers (under the lock): L0, then L3, then session.json, written last so that a
-        session.json on disk means the session is whole. ``whole=False`` writes L0 only."""
+    def write_session(self, session: Session, units: list[Unit], *, whole: bool = True,
+                      notes: dict[int, list[str]] | None = None) -> None:
+        """Write a session's layers (under the lock): L0, then L3 (and L2 `notes` kept from a version it
+        replaces), then session.json, written last so that a session.json on disk means the session is whole.
+        ``whole=False`` writes L0 only."""
         sid = session.session_id
         self.store.put_json({key(sid, "L0.json"): [u.to_json() for u in units]})
         if whole:
             self.store.put_text({key(sid, "L3.md"): layers.render_l3(session), key(sid, "L0.md"): layers.render_l0(session, units)})
+            if notes:
+                self.store.put_json({key(sid, "L2.json"): {str(t): n for t, n in sorted(notes.items())}})
+                self.store.put_text({key(sid, "L2.md"): layers.render_l2(session, notes)})
             self.store.put_json({key(sid, "session.json"): session.to_json()})
         else:
             self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
