@@ -297,6 +297,7 @@ def test_an_unreadable_l0_is_rebuilt_from_the_messages(stored, capsys, content):
 
 def test_an_unreadable_session_json_is_rebuilt_from_its_l3_and_nothing_is_deleted(stored, capsys):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
     l3 = (folder / "sessions" / "s-job" / "L3.md").read_bytes()
     (folder / "sessions" / "s-job" / "session.json").write_text('{"session_id": 5}')
     code, out, err = cli(capsys, "show", "s-job", "--layer", "L3", "--user", "alice", "--store", str(directory))
@@ -306,10 +307,12 @@ def test_an_unreadable_session_json_is_rebuilt_from_its_l3_and_nothing_is_delete
     assert json.loads((folder / "sessions" / "s-job" / "session.json").read_text())["session_id"] == "s-job"  # written back
     memory = Memory("alice", store=str(directory), l0_mode="raw")
     assert memory.session_ids() == list(HISTORY) and memory.session("s-job").turns == make_session("s-job", *HISTORY["s-job"]).turns
+    assert bob_unchanged()
 
 
 def test_a_session_with_no_readable_layer_is_unlisted_and_its_files_kept(stored, capsys):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
     (folder / "sessions" / "s-job" / "session.json").write_text('{"session_id": 5}')
     (folder / "sessions" / "s-job" / "L3.md").write_text("garbage")
     code, _, err = cli(capsys, "show", "s-job", "--layer", "L3", "--user", "alice", "--store", str(directory))
@@ -317,6 +320,7 @@ def test_a_session_with_no_readable_layer_is_unlisted_and_its_files_kept(stored,
     assert "dropped from the listing: s-job" in err
     assert "s-job" not in Memory("alice", store=str(directory), l0_mode="raw").session_ids()
     assert (folder / "sessions" / "s-job" / "L0.json").exists()  # not provably debris: never deleted
+    assert bob_unchanged()
 
 
 def test_nothing_outside_the_users_namespace_is_read(stored):
@@ -528,6 +532,13 @@ def two_users(store_location, embeddings):
     return ingest_two_users(store_location)
 
 
+def beside_bob(directory: Path):
+    """Put bob beside alice in a file store; returns a check that bob's files are what they were."""
+    Memory("bob", store=str(directory), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    before = files(directory / "users" / "bob")
+    return lambda: files(directory / "users" / "bob") == before
+
+
 def listed(capsys, store, user="alice") -> tuple[int, list[str], str]:
     code, out, err = cli(capsys, "sessions", "--user", user, "--store", str(store))
     return code, [line.split("\t")[0] for line in out.splitlines()], err
@@ -551,6 +562,7 @@ def test_a_missing_manifest_lists_every_session_again(two_users, capsys):
 
 def test_an_intact_session_missing_from_a_readable_listing_is_listed_again(stored, capsys):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["sessions"]["s-dog"]  # e.g. a manifest restored from an older backup
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -558,11 +570,13 @@ def test_an_intact_session_missing_from_a_readable_listing_is_listed_again(store
     assert code == 0 and sessions == list(HISTORY) and "listed again: s-dog" in err and len(err.strip().splitlines()) == 1
     code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
     assert code == 0 and out.startswith("1. s-dog")
+    assert bob_unchanged()
 
 
 @pytest.mark.parametrize("number", [10**400, -5, 2.5, "7", True])
 def test_a_manifest_naming_an_impossible_generation_is_repaired(stored, capsys, number):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
     text = (folder / "manifest.json").read_text()
     manifest = json.loads(text)
     (folder / "manifest.json").write_text(text.replace(f'"generation": {manifest["generation"]}', f'"generation": {json.dumps(number)}'))
@@ -572,10 +586,12 @@ def test_a_manifest_naming_an_impossible_generation_is_repaired(stored, capsys, 
     assert 0 < generation_of(folder) < 100
     code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
     assert code == 0 and out.startswith("1. s-dog")
+    assert bob_unchanged()
 
 
 def test_an_index_of_another_dimension_is_rebuilt(stored, capsys):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
     index = folder / "index" / str(generation_of(folder))
     table = json.loads((index / "units.json").read_text())
     table["dimension"] = 8
@@ -584,6 +600,7 @@ def test_an_index_of_another_dimension_is_rebuilt(stored, capsys):
     code, out, err = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
     assert code == 0 and out.startswith("1. s-dog"), err
     assert len(err.strip().splitlines()) == 1 and "dimension 8" in err
+    assert bob_unchanged()
 
 
 def plant_links(directory: Path, outside: Path) -> dict[str, tuple[Path, str]]:
@@ -596,11 +613,13 @@ def plant_links(directory: Path, outside: Path) -> dict[str, tuple[Path, str]]:
         "index folder to bob's": (alice / "index", "../bob/index"),
         "manifest to bob's": (alice / "manifest.json", "../bob/manifest.json"),
         "user folder out of the store": (directory / "users" / "zz", str(outside)),
+        "lock file to bob's manifest": (alice / ".lock", "../bob/manifest.json"),
     }
 
 
 @pytest.mark.parametrize("plant", ["index file to bob's manifest", "layer file out of the store", "session folder to bob's",
-                                   "index folder to bob's", "manifest to bob's", "user folder out of the store"])
+                                   "index folder to bob's", "manifest to bob's", "user folder out of the store",
+                                   "lock file to bob's manifest"])
 def test_a_planted_link_is_never_followed(tmp_path, embeddings, capsys, plant):
     directory, outside = tmp_path / "mem", tmp_path / "outside"
     outside.mkdir()

@@ -228,7 +228,7 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                 yield False
                 return
             with _refused(self.root_path), self._folder(self._parts(namespace), create=True) as fd:
-                handle = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+                handle = _open_lock(fd)
             with os.fdopen(handle, "a+b") as lock:
                 try:
                     fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -239,6 +239,19 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                     yield True
                 finally:
                     fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _open_lock(folder: int) -> int:
+    """The lock file of a namespace, opened without following a link (a planted one is removed, not followed)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        return os.open(LOCK_NAME, flags, 0o600, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    log.warning("apdmem: removed a link planted in the store where a lock file belongs")
+    os.unlink(LOCK_NAME, dir_fd=folder)
+    return os.open(LOCK_NAME, flags | os.O_EXCL, 0o600, dir_fd=folder)
 
 
 def _open_folder(name: str, parent: int, create: bool) -> int | None:
@@ -287,8 +300,8 @@ def _read_file(name: str, folder: int) -> bytes | None:
 
 def _walk_folder(fd: int, path: str, start: str, found: list[tuple[str, str]]) -> None:
     for entry in os.scandir(fd):
-        if start and not entry.name.startswith(start):
-            continue
+        if (start and not entry.name.startswith(start)) or entry.name == LOCK_NAME:
+            continue  # a lock file holds nothing (a link there is replaced by the writer that takes the lock)
         key = path + entry.name
         if entry.is_symlink():
             found.append((key, "link"))
