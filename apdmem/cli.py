@@ -283,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "an Ollama host for ollama:<model> (default $APDMEM_BASE_URL, else $OPENAI_BASE_URL)")
     common = Parser(add_help=False, parents=[where, models])
     user = Parser(add_help=False)
-    user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"), help="user id (namespace)")
+    user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"),
+                      help="user id (namespace); without --user: $APDMEM_USER_ID, else the user called 'default'")
     l0 = Parser(add_help=False)
     l0.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default=None,
                     help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model, llm "

@@ -105,8 +105,9 @@ def test_a_missing_file_and_another_user(apdmem, history_file, tmp_path):
     assert code == 2 and f"{tmp_path / 'nope.json'}: no such file" in err
     assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
     assert listed(apdmem("sessions")[1]) == list(HISTORY)
-    assert apdmem("sessions", user="bob") == (0, "", "")
-    assert apdmem("search", "What is my dog's name?", user="bob") == (0, "", "")
+    empty = "apdmem: user 'bob' has no memory in this store\n"  # said on stderr, nothing created
+    assert apdmem("sessions", user="bob") == (0, "", empty)
+    assert apdmem("search", "What is my dog's name?", user="bob") == (0, "", empty)
     code, _, err = apdmem("show", "s-dog", "--layer", "L3", user="bob")
     assert code == 2 and "no session 's-dog'" in err
 

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from apdmem.eval.metrics import mean, ndcg_any, percentile, recall_all, recall_any, turn_recall
 from apdmem.memory import Memory, Session
 from apdmem.memory.loaders import _parse, _in_file
-from apdmem.memory.store import open_store
+from apdmem.memory.backends import open_store
 from apdmem.nodes.dates import resolve_relative_dates
 
 CUTOFFS = {"recall_any": (1, 3, 5, 10), "recall_all": (5, 10), "ndcg_any": (5, 10), "turn_recall": (5, 10)}
