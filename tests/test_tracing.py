@@ -119,12 +119,14 @@ def endpoint(request):
 
 
 def traced_ask(url: str, store: str, *, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """`apdmem ask` on the embedded models with tracing on, and secrets in its environment."""
+    """`apdmem ask` on the embedded models (SmolLM2 as the chat model) with tracing on, and secrets in its
+    environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("APDMEM_", "LANGSMITH_", "LANGCHAIN_"))}
     env.update(SECRETS, HF_HUB_OFFLINE="1", LANGSMITH_TRACING="true", LANGSMITH_ENDPOINT=url,
                LANGSMITH_PROJECT="apdmem-tracing-test")
     command = [sys.executable, "-m", "apdmem.cli", "ask", "What is my dog's name?", "--user", "alice", "--store", store,
-               "--date", "2024-06-01", "--no-reflection", "--tmax", "3", "--top-k", "3", "--drill-width", "1"]
+               "--date", "2024-06-01", "--no-reflection", "--tmax", "3", "--top-k", "3", "--drill-width", "1",
+               "--chat-model", "local:smollm2"]  # the embedded generative model: its calls and their tokens are traced
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -182,7 +184,7 @@ def test_langsmith_sees_each_node_its_disclosure_and_no_secret(endpoint, store):
     assert [m["step"] for m in metadata("reflect")] == [m["step"] for m in metadata("converge")]
     assert all(m["queries"] for m in metadata("decompose"))
     (answered,) = metadata("answer")
-    assert "s-dog" in answered["sessions"] and set(answered["layers"]) <= {"L1", "L2", "L3"}
+    assert "s-dog" in answered["sessions"] and set(answered["layers"]) <= {"L1", "L2", "L3"} and answered["answer_mode"]
 
     # token usage: the chat model's runs carry it, and each node's output counts its own
     llm = [r for r in runs.values() if r.get("run_type") == "llm"]
