@@ -85,3 +85,4 @@ def test_quickstart_notebook(tmp_path, monkeypatch):
     printed = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs)
     assert "Answer:" in printed and f"opened: {{'{GOLD}'" in printed and "# L1 key facts" in printed
     assert "'event': 'drill'" in printed and "step:" in printed
+    assert "session thread-demo-chat" in printed and "\nfact-" in printed  # the agent's thread and fact were saved

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import operator
-from typing import Annotated, TypedDict
+from typing import Annotated
+
+from typing_extensions import TypedDict
 
 LAYER_DEPTH = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
 

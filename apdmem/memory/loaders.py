@@ -113,15 +113,24 @@ def parse_date(text: str) -> datetime:
         raise ValueError(f"unrecognized date {text!r}: expected {expected}") from None
 
 
-def session_from_messages(messages: Sequence[BaseMessage], *, session_id: str, date: datetime | str) -> Session:
-    """A Session from LangChain messages: Human -> user, AI -> assistant, System -> system.
+def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id: str, date: datetime | str) -> Session:
+    """A Session from one conversation: LangChain messages (Human -> user, AI -> assistant, System -> system)
+    or messages of the generic format (``{"role": "user", "content": "..."}``), mixed as they come.
 
     Other messages (tool results, ...) are not conversation and raise InputError. Content given as a list of
     content blocks keeps its text blocks, joined.
+
+    >>> session_from_messages([{"role": "user", "content": "I moved to Lisbon."}], session_id="c1", date="2024-05-01").turns[0].role
+    'user'
     """
     sid = _checked(check_id, session_id, "session", where=session_id)
+    if not isinstance(messages, (list, tuple)):
+        raise InputError(f"messages must be a list, got {type(messages).__name__}", record=sid)
     turns = []
     for i, message in enumerate(messages):
+        if not isinstance(message, BaseMessage):
+            turns.append(_dict_turn(message, sid, i))
+            continue
         role = next((r for cls, r in _LANGCHAIN_ROLES if isinstance(message, cls)), None)
         if role is None:
             raise InputError(f"message {i}: a {type(message).__name__} cannot be a turn", record=sid)
@@ -130,6 +139,14 @@ def session_from_messages(messages: Sequence[BaseMessage], *, session_id: str, d
     if isinstance(date, datetime):
         date = date.replace(tzinfo=None)  # as parse_date does, so that all stored dates compare
     return _session(sid, date, turns)
+
+
+def parse_sessions(records: Any) -> list[Session]:
+    """Sessions of the generic format given as Python objects (a list of ``{"session_id", "date",
+    "messages"}``, e.g. a request's JSON), checked whole as `load_sessions` checks a file."""
+    if not isinstance(records, list) or not records:
+        raise InputError("expected a non-empty list of sessions, each {'session_id', 'date', 'messages'}")
+    return _unique([_generic_session(entry, i) for i, entry in enumerate(records)])
 
 
 @contextmanager
@@ -277,12 +294,14 @@ def _dict_turns(messages: Any, sid: str) -> list[Turn]:
     """[{"role", "content", "has_answer"?}] -> Turns (generic messages and LongMemEval turns)."""
     if not isinstance(messages, list):
         raise InputError(f"messages must be a list, got {type(messages).__name__}", record=sid)
-    turns = []
-    for i, m in enumerate(messages):
-        role, content = (_field(m, key, object, sid, part=f"message {i}: ") for key in ("role", "content"))
-        has_answer = _field(m, "has_answer", bool, sid, default=False, part=f"message {i}: ")
-        turns.append(_turn(role, content, sid, i, has_answer=has_answer))
-    return turns
+    return [_dict_turn(m, sid, i) for i, m in enumerate(messages)]
+
+
+def _dict_turn(message: Any, sid: str, index: int) -> Turn:
+    """{"role", "content", "has_answer"?} -> Turn."""
+    role, content = (_field(message, key, object, sid, part=f"message {index}: ") for key in ("role", "content"))
+    has_answer = _field(message, "has_answer", bool, sid, default=False, part=f"message {index}: ")
+    return _turn(role, content, sid, index, has_answer=has_answer)
 
 
 def _longmemeval_item(entry: Any, index: int) -> LongMemEvalItem:

@@ -17,6 +17,7 @@ generation, and start over if a writer replaced that generation meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -25,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 from langchain_core.documents import Document
@@ -34,6 +36,7 @@ from tqdm.auto import tqdm
 from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
+from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id
 from apdmem.memory.retriever import HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, open_store, session_key
@@ -420,6 +423,7 @@ class Memory:
             fresh = [b for b in built if sessions.get(b[0].session_id, {}).get("hash") != b[0].content_hash()]
             report.unchanged += sorted({s.session_id for s, _, _ in built} - {s.session_id for s, _, _ in fresh})
             replaced = [s.session_id for s, _, _ in fresh if s.session_id in sessions]
+            kept = {s.session_id: self._valid_notes(s) for s, _, _ in fresh if s.session_id in replaced}
             if replaced:
                 # Unlist the old versions before their files change: a run killed below must not leave the
                 # manifest naming a session whose layers are half replaced. Running again re-adds them.
@@ -438,6 +442,8 @@ class Memory:
                 sid = session.session_id
                 self.store.put_json({self._key(sid, "L0.json"): [u.to_json() for u in units]})
                 self.store.put_text({self._key(sid, "L3.md"): layers.render_l3(session), self._key(sid, "L0.md"): layers.render_l0(session, units)})
+                if kept.get(sid):
+                    self._write_notes(session, kept[sid])
                 self.store.put_json({self._key(sid, "session.json"): session.to_json()})  # last: the session is whole
                 generation.manifest["sessions"][sid] = _listing(session, len(units))
                 (report.updated if sid in replaced else report.added).append(sid)
@@ -446,6 +452,35 @@ class Memory:
             if fresh:
                 generation.index.add([u for _, units, _ in fresh for u in units], np.concatenate([v for _, _, v in fresh]))
                 self._commit(generation)
+
+    def _valid_notes(self, session: Session) -> dict[int, list[str]]:
+        """The cached L2 notes of the stored version of `session` that still hold for it: those of turns
+        unchanged at the same place, the date unchanged too (a turn's notes are made from it and the date).
+        L1 facts are made from the whole session, so a changed session never keeps them."""
+        old = self._stored_session(session_key(session.session_id))
+        if old is None or old.date != session.date:
+            return {}
+        cached = _notes_from(self.store.get_json(self._key(session.session_id, "L2.json")), len(old.turns))
+        return {t: notes for t, notes in cached.items() if t < len(session.turns) and session.turns[t] == old.turns[t]}
+
+    def _write_notes(self, session: Session, notes: dict[int, list[str]]) -> None:
+        self.store.put_json({self._key(session.session_id, "L2.json"): {str(t): n for t, n in sorted(notes.items())}})
+        self.store.put_text({self._key(session.session_id, "L2.md"): layers.render_l2(session, notes)})
+
+    def remember(self, messages, *, session_id: str, date: datetime | str | None = None) -> IngestReport:
+        """Store one conversation (LangChain messages, or ``{"role", "content"}`` dicts as in the generic
+        format) as session `session_id`. Sent again with more messages, the session is extended: the L2 notes
+        of its unchanged turns are kept, its L1 facts are made again on the next read. Without `date`, a stored
+        session keeps its date and a new one is dated now, so a conversation saved as it goes keeps the date
+        it started.
+
+        >>> memory.remember([{"role": "user", "content": "My cat is called Miso."}], session_id="chat-7")  # doctest: +SKIP
+        """
+        if date is None:
+            self.refresh()
+            known = self.manifest["sessions"].get(session_id) if isinstance(session_id, str) else None
+            date = known["date"] if known else datetime.now().replace(microsecond=0)
+        return self.ingest([session_from_messages(messages, session_id=session_id, date=date)])
 
     def forget(self, session_id: str) -> None:
         """Remove a session from every layer and index: no byte of it stays in the store."""
@@ -591,6 +626,32 @@ class Memory:
         if layer == "L3":
             return layers.render_l3(session, turns)
         raise ValueError(f"unknown layer {layer!r}: use one of {', '.join(layers.LAYERS)}")
+
+    # --- async: the same operations in a worker thread, so that an event loop goes on meanwhile -----------
+
+    async def aingest(self, sessions: Iterable[Session], *, progress: bool = False) -> IngestReport:
+        """`ingest`, awaitable: it runs in a worker thread and the event loop is free meanwhile."""
+        return await asyncio.to_thread(self.ingest, list(sessions), progress=progress)
+
+    async def aremember(self, messages, *, session_id: str, date: datetime | str | None = None) -> IngestReport:
+        """`remember`, awaitable (in a worker thread)."""
+        return await asyncio.to_thread(self.remember, messages, session_id=session_id, date=date)
+
+    async def aforget(self, session_id: str) -> None:
+        """`forget`, awaitable (in a worker thread)."""
+        await asyncio.to_thread(self.forget, session_id)
+
+    async def asearch(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
+        """`search`, awaitable (in a worker thread: the query embedding and scoring take the CPU)."""
+        return await asyncio.to_thread(self.search, query, k, date_range=date_range)
+
+    async def aread(self, session_id: str, layer: str, turns: list[int] | None = None) -> str:
+        """`read`, awaitable (in a worker thread: a first read of L1/L2 calls the chat model)."""
+        return await asyncio.to_thread(self.read, session_id, layer, turns)
+
+    async def asession_ids(self) -> list[str]:
+        """`session_ids`, awaitable (in a worker thread: it may read the store)."""
+        return await asyncio.to_thread(self.session_ids)
 
 
 def _listing(session: Session, units: int) -> dict:

@@ -1,0 +1,177 @@
+"""Memory as a service: the `remember`, `forget` and `sessions` graphs that `langgraph.json` serves beside
+`apdmem`, so that a client of LangGraph Server (or an MCP client of its ``/mcp`` endpoint) can write to a
+user's memory, not only ask it.
+
+Each graph is one node. It acts on the run's user exactly as the controller does (`open_memory(runtime)`:
+with server auth on, the token's user, and a context naming another user fails the run), checks its whole
+input before it changes anything, and fails the run with a one-line message on bad input. They need no
+thread: a client may wait for them, start them in the background, or schedule them.
+
+>>> client.runs.wait(None, "remember", input={"session_id": "chat-7", "messages": [
+...     {"role": "user", "content": "My cat is called Miso."}]}, context={"user_id": "alice"})  # doctest: +SKIP
+{'added': ['chat-7'], 'updated': [], 'unchanged': [], 'turns': 1, 'units': 1}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from apdmem.errors import InputError, UnknownSessionError
+from apdmem.graph.context import Context
+from apdmem.memory.loaders import parse_sessions
+from apdmem.memory.records import check_id
+from apdmem.nodes.common import open_memory
+
+
+def _doc(text: str):
+    """A field's description in the graph's JSON schema (what Studio and MCP clients show)."""
+    return Field(description=text)
+
+
+class Message(TypedDict):
+    """One message of a conversation."""
+
+    role: Annotated[str, _doc("'user', 'assistant' or 'system' ('human' and 'ai' are aliases).")]
+    content: Annotated[str, _doc("The message text.")]
+
+
+class SessionRecord(TypedDict):
+    """One conversation, as `apdmem ingest` reads it from a generic JSON file."""
+
+    session_id: Annotated[str, _doc("The conversation's id in the user's memory.")]
+    date: Annotated[str, _doc("When it took place: ISO 8601, e.g. '2024-05-01T09:30'.")]
+    messages: Annotated[list[Message], _doc("The messages, in order.")]
+
+
+# --- remember ----------------------------------------------------------------------------------------------
+
+
+class RememberInput(TypedDict, total=False):
+    """Either `sessions` (several conversations) or `messages` with `session_id` (one conversation)."""
+
+    sessions: Annotated[list[SessionRecord], _doc("Conversations to store, each with its id, date and messages.")]
+    messages: Annotated[list[Message], _doc("One conversation's messages (with session_id).")]
+    session_id: Annotated[str, _doc("Id of the conversation given in messages. Sending a stored id again with more "
+                                    "messages extends that conversation.")]
+    date: Annotated[str, _doc("When the conversation given in messages started (ISO 8601); default: the stored "
+                              "session's date, else now.")]
+
+
+class RememberOutput(TypedDict, total=False):
+    added: Annotated[list[str], _doc("Sessions stored for the first time.")]
+    updated: Annotated[list[str], _doc("Stored sessions whose messages changed (extended or corrected).")]
+    unchanged: Annotated[list[str], _doc("Sessions already stored exactly as sent.")]
+    turns: Annotated[int, _doc("Messages stored.")]
+    units: Annotated[int, _doc("L0 units indexed.")]
+
+
+class RememberState(RememberInput, RememberOutput, total=False):
+    pass
+
+
+def remember(state: RememberState, runtime: Runtime[Context]) -> RememberOutput:
+    """Store the conversations of the input in the run's user's memory (all of them or, on bad input, none)."""
+    memory = open_memory(runtime)
+    if state.get("sessions") is not None:
+        if any(state.get(key) is not None for key in ("messages", "session_id", "date")):
+            raise InputError("give either 'sessions' or 'messages' with 'session_id', not both")
+        try:
+            report = memory.ingest(parse_sessions(state["sessions"]))
+        except InputError as error:
+            raise InputError(error.reason, source="sessions", record=error.record) from None
+    elif state.get("messages") is not None:
+        if state.get("session_id") is None:
+            raise InputError("'messages' needs a 'session_id'")
+        try:
+            report = memory.remember(state["messages"], session_id=state["session_id"], date=state.get("date"))
+        except InputError as error:
+            raise InputError(error.reason, source="messages", record=error.record) from None
+    else:
+        raise InputError("nothing to remember: give 'sessions', or 'messages' with 'session_id'")
+    return RememberOutput(added=report.added, updated=report.updated, unchanged=report.unchanged, turns=report.turns,
+                          units=report.units)
+
+
+# --- forget ------------------------------------------------------------------------------------------------
+
+
+class ForgetInput(TypedDict):
+    session_ids: Annotated[list[str], _doc("Ids of the sessions to remove from every layer and index.")]
+
+
+class ForgetOutput(TypedDict, total=False):
+    forgotten: Annotated[list[str], _doc("The sessions removed.")]
+
+
+class ForgetState(ForgetInput, ForgetOutput, total=False):
+    pass
+
+
+def forget(state: ForgetState, runtime: Runtime[Context]) -> ForgetOutput:
+    """Remove the listed sessions from the run's user's memory; if one of them is not there, none is removed."""
+    memory = open_memory(runtime)
+    ids = state.get("session_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise InputError("'session_ids' must be a non-empty list of session ids", source="session_ids")
+    ids = list(dict.fromkeys(check_id(i, "session") for i in ids))
+    stored = set(memory.session_ids())
+    if missing := [i for i in ids if i not in stored]:
+        raise UnknownSessionError(missing[0])
+    for session_id in ids:
+        try:
+            memory.forget(session_id)
+        except UnknownSessionError:
+            pass  # forgotten meanwhile by another run: what was asked holds
+    return ForgetOutput(forgotten=ids)
+
+
+# --- sessions ----------------------------------------------------------------------------------------------
+
+
+class SessionsInput(TypedDict, total=False):
+    """No input: the run's user's sessions are listed."""
+
+
+class SessionInfo(TypedDict):
+    session_id: str
+    date: Annotated[str, _doc("When the conversation took place (ISO 8601).")]
+    turns: Annotated[int, _doc("Number of messages.")]
+
+
+class SessionsOutput(TypedDict, total=False):
+    sessions: Annotated[list[SessionInfo], _doc("The user's sessions, oldest first.")]
+
+
+class SessionsState(SessionsInput, SessionsOutput, total=False):
+    pass
+
+
+def sessions(state: SessionsState, runtime: Runtime[Context]) -> SessionsOutput:
+    """The sessions stored in the run's user's memory, oldest first."""
+    memory = open_memory(runtime)
+    memory.refresh()
+    listing = memory.manifest["sessions"]  # one generation's listing, whatever writers do meanwhile
+    ordered = sorted(listing, key=lambda s: (listing[s]["date"], s))
+    return SessionsOutput(sessions=[SessionInfo(session_id=s, date=listing[s]["date"], turns=listing[s]["turns"])
+                                    for s in ordered])
+
+
+# --- the graphs --------------------------------------------------------------------------------------------
+
+
+def _one_node_graph(node, state, input_schema, output_schema):
+    builder = StateGraph(state, context_schema=Context, input_schema=input_schema, output_schema=output_schema)
+    builder.add_node(node)
+    builder.add_edge(START, node.__name__)
+    builder.add_edge(node.__name__, END)
+    return builder.compile(name=node.__name__)
+
+
+remember_graph = _one_node_graph(remember, RememberState, RememberInput, RememberOutput)
+forget_graph = _one_node_graph(forget, ForgetState, ForgetInput, ForgetOutput)
+sessions_graph = _one_node_graph(sessions, SessionsState, SessionsInput, SessionsOutput)

@@ -1,0 +1,272 @@
+"""Memory as a service, in process: the remember / forget / sessions graphs (all-or-nothing input, extension
+of a stored session keeping the L2 notes still valid), async `Memory` methods that leave an event loop free,
+and capture from a running agent (`MemoryCapture` and the `remember_fact` tool) with a scripted tool-calling
+model. The same graphs behind `langgraph dev`, with auth and over MCP, are in test_service_server.py."""
+
+import asyncio
+import re
+import time
+
+import pytest
+from conftest import HISTORY, make_session
+from graph_helpers import ScriptedChatModel, clean_environment
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from apdmem import Context, Settings, build_graph
+from apdmem.errors import InputError, UnknownSessionError
+from apdmem.graph.service import forget_graph, remember_graph, sessions_graph
+from apdmem.memory.store import memory_store
+from apdmem.tools import make_memory_tools
+from apdmem.tools.capture import MemoryCapture, conversation, make_remember_tool, save_conversation
+
+# The controller with every model decision off: it searches once, reads L3 and answers (scripted model).
+QUICK = {"controller": False, "layers": "L3", "organized_notes": False, "draft_answer": False, "decomposition": False,
+         "date_normalization": False, "tmax": 3}
+
+
+def record(session) -> dict:
+    """A Session as the generic format's JSON record (what a client sends to `remember`)."""
+    return {"session_id": session.session_id, "date": session.date.isoformat(),
+            "messages": [{"role": t.role, "content": t.content} for t in session.turns]}
+
+
+def snapshot(memory) -> dict:
+    keys = memory.store.keys()
+    return dict(zip(keys, memory.store.get_many(keys)))
+
+
+@pytest.fixture
+def served(make_memory):
+    """(memory, context): an empty raw-mode memory with a scripted chat model, as the graphs' run context."""
+    memory = make_memory(chat_model=ScriptedChatModel())
+    return memory, Context(user_id="alice", memory=memory)
+
+
+# --- the graphs --------------------------------------------------------------------------------------------
+
+
+def test_remember_sessions_and_forget_through_the_graphs(served, history):
+    memory, context = served
+    out = remember_graph.invoke({"sessions": [record(s) for s in history[:3]]}, context=context)
+    assert out == {"added": ["s-hiking", "s-dog", "s-bread"], "updated": [], "unchanged": [], "turns": 18, "units": 6}
+    listed = sessions_graph.invoke({}, context=context)["sessions"]
+    assert listed == [{"session_id": s.session_id, "date": s.date.isoformat(), "turns": 6} for s in history[:3]]
+    assert remember_graph.invoke({"sessions": [record(history[0])]}, context=context)["unchanged"] == ["s-hiking"]
+
+    one = {"session_id": "chat-1", "messages": [{"role": "user", "content": "My cat is called Miso."},
+                                                 {"role": "ai", "content": "Cute name!"}]}
+    assert remember_graph.invoke(one, context=context)["added"] == ["chat-1"]
+    assert memory.search("What is my cat called?", k=1)[0].metadata["session_id"] == "chat-1"
+
+    assert forget_graph.invoke({"session_ids": ["s-dog", "chat-1"]}, context=context) == {"forgotten": ["s-dog", "chat-1"]}
+    assert memory.session_ids() == ["s-hiking", "s-bread"]
+    assert not any("Biscuit" in (v or b"").decode(errors="replace") or "Miso" in (v or b"").decode(errors="replace")
+                   for v in snapshot(memory).values())
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({}, "nothing to remember"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "'messages' needs a 'session_id'"),
+    ({"sessions": [], "messages": []}, "either 'sessions' or 'messages'"),
+    ({"sessions": "s-new"}, "sessions: expected a non-empty list"),
+    ({"sessions": [{"session_id": "s-new", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]},
+                   {"session_id": "s-late", "messages": [{"role": "user", "content": "hi"}]}]},
+     "sessions, record s-late: missing field 'date'"),
+    ({"sessions": [{"session_id": "a/b", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]}]},
+     "invalid session id"),
+    ({"session_id": "s-dog", "messages": [{"role": "bot", "content": "hi"}]}, "messages, record s-dog: message 0: unknown role 'bot'"),
+    ({"session_id": "s-dog", "messages": [{"role": "user", "content": "hi"}], "date": "someday"}, "unrecognized date 'someday'"),
+])
+def test_bad_remember_input_fails_in_one_line_and_changes_nothing(served, history, bad, message):
+    memory, context = served
+    memory.ingest(history[:2])
+    before = snapshot(memory)
+    with pytest.raises(InputError, match=message) as failed:
+        remember_graph.invoke(bad, context=context)
+    assert "\n" not in str(failed.value)
+    assert snapshot(memory) == before
+
+
+def test_forget_with_an_unknown_id_forgets_nothing(served, history):
+    memory, context = served
+    memory.ingest(history[:2])
+    before = snapshot(memory)
+    with pytest.raises(UnknownSessionError, match="no session 's-nope'"):
+        forget_graph.invoke({"session_ids": ["s-dog", "s-nope"]}, context=context)
+    for bad in ({}, {"session_ids": []}, {"session_ids": "s-dog"}, {"session_ids": [3]}):
+        with pytest.raises(InputError, match="'session_ids' must be a non-empty list"):
+            forget_graph.invoke(bad, context=context)
+    assert snapshot(memory) == before
+
+
+def test_an_extended_session_keeps_the_l2_notes_of_its_unchanged_turns(served):
+    memory, context = served
+    model = memory.chat_model
+    texts = HISTORY["s-dog"][1]
+    first = {"session_id": "s-dog", "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t}
+                                                 for i, t in enumerate(texts[:4])]}
+    remember_graph.invoke(first, context=context)
+    date = memory.session("s-dog").date  # no date given: dated now
+    memory.notes("s-dog")
+    memory.facts("s-dog")
+    assert len(model.prompts_of("EvidenceNotes")) == 1 and len(model.prompts_of("KeyFacts")) == 1
+
+    def turns_asked(since: int) -> set[int]:
+        """Turns (1-based) whose L2 notes the model was asked for since its `since`-th notes call."""
+        return {int(n) for p in model.prompts_of("EvidenceNotes")[since:] for n in re.findall(r"^\[(\d+)\] ", p, re.M)}
+
+    more = [{"role": "user", "content": "Biscuit graduated from puppy school at the Pawsitive Academy."},
+            {"role": "assistant", "content": "Well done, Biscuit!"}]
+    out = remember_graph.invoke({**first, "messages": first["messages"] + more}, context=context)
+    assert out["updated"] == ["s-dog"] and out["turns"] == 6
+    assert memory.session("s-dog").date == date  # the stored date is kept
+    assert sorted(memory.notes("s-dog")) == list(range(6))
+    assert turns_asked(1) == {5, 6}  # the notes of the four unchanged turns were kept
+    memory.facts("s-dog")
+    assert len(model.prompts_of("KeyFacts")) == 2  # L1 covers the whole session: made again
+    assert memory.search("Where did my puppy go to school?", k=1)[0].metadata["session_id"] == "s-dog"
+
+    # A corrected turn loses its notes, the others keep theirs; another date invalidates them all.
+    corrected = first["messages"] + more
+    corrected[2] = {"role": "user", "content": "She's eleven weeks old."}
+    remember_graph.invoke({**first, "messages": corrected}, context=context)
+    asked = len(model.prompts_of("EvidenceNotes"))
+    memory.notes("s-dog")
+    assert turns_asked(asked) == {3}
+    remember_graph.invoke({**first, "messages": corrected, "date": "2024-03-11T08:00"}, context=context)
+    asked = len(model.prompts_of("EvidenceNotes"))
+    memory.notes("s-dog")
+    assert turns_asked(asked) == {1, 2, 3, 4, 5, 6}
+
+
+# --- async -------------------------------------------------------------------------------------------------
+
+
+def ticks_during(coroutine_factory) -> tuple[int, object]:
+    """Run a coroutine beside a ticker that counts how often the event loop let it run meanwhile."""
+
+    async def main():
+        ticks, done = 0, asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)  # the ticker starts
+        started = ticks
+        try:
+            result = await coroutine_factory()
+        finally:
+            done.set()
+            await task
+        return ticks - started, result
+
+    return asyncio.run(main())
+
+
+def test_async_methods_leave_the_event_loop_free(make_memory, history, monkeypatch):
+    clean_environment(monkeypatch)
+    memory = make_memory(chat_model=ScriptedChatModel())
+    more = [make_session(f"s-extra-{i}", "2024-06-01T10:00", [f"Note {i}: " + " ".join(HISTORY["s-job"][1])] * 12)
+            for i in range(12)]
+
+    async def blocking():  # the control: the synchronous call inside a coroutine holds the loop
+        return memory.ingest(history[:3])
+
+    blocked, _ = ticks_during(blocking)
+    assert blocked == 0
+    started = time.perf_counter()
+    ticks, report = ticks_during(lambda: memory.aingest(history[3:] + more))
+    seconds = time.perf_counter() - started
+    assert len(report.added) == 4 + len(more)
+    assert ticks >= 3 and ticks >= seconds / 0.005 / 20  # the ticker ran all along, not only at the end
+
+    docs = asyncio.run(memory.asearch("What is my dog's name?", k=1))
+    assert docs[0].metadata["session_id"] == "s-dog"
+    assert "Biscuit" in asyncio.run(memory.aread("s-dog", "L3"))
+    asyncio.run(memory.aremember([{"role": "user", "content": "My cat is called Miso."}], session_id="chat-1"))
+    asyncio.run(memory.aforget("s-extra-0"))
+    assert "chat-1" in asyncio.run(memory.asession_ids()) and "s-extra-0" not in memory.session_ids()
+
+    context = Context(memory=memory, settings=Settings(chat_model=ScriptedChatModel()), **QUICK)
+    inputs = {"question": "What is my dog's name?", "question_date": "2024/06/01 (Sat) 10:00"}
+    ticks, out = ticks_during(lambda: build_graph().ainvoke(inputs, context=context))
+    assert out["answer"] == "scripted answer" and "s-dog" in out["opened"] and ticks >= 1
+
+
+# --- capture from a running agent ---------------------------------------------------------------------------
+
+
+class ScriptedToolModel(GenericFakeChatModel):
+    """Replies from a list of AI messages (tool calls included) whatever tools it is given: for routing only."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def test_an_agent_saves_its_thread_and_a_stated_fact_and_a_later_question_finds_them(make_memory):
+    memory = make_memory(chat_model=ScriptedChatModel())
+    memory.ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    fact = "My sister Maya moved to Porto in May and works as a ceramicist."
+    model = ScriptedToolModel(messages=iter([
+        AIMessage("", tool_calls=[{"name": "remember_fact", "args": {"fact": fact}, "id": "call-1"}]),
+        AIMessage("Noted: Maya is in Porto now."),
+        AIMessage("Boa sorte with the Portuguese lessons!"),
+        # a later thread: the agent searches its memory for the question
+        AIMessage("", tool_calls=[{"name": "search_memory", "args": {"query": "Where does my sister live?", "k": 3}, "id": "call-2"}]),
+        AIMessage("Your sister Maya lives in Porto."),
+    ]))
+    agent = create_agent(model, [*make_memory_tools(memory), make_remember_tool(memory)],
+                         middleware=[MemoryCapture(memory)], checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [HumanMessage("Big news: " + fact)]}, thread)
+    tool_reply = next(m for m in agent.get_state(thread).values["messages"] if isinstance(m, ToolMessage))
+    assert tool_reply.content.startswith("saved to memory as session fact-")
+    assert "thread-t1" in memory.session_ids()
+    assert [t.role for t in memory.session("thread-t1").turns] == ["user", "assistant"]  # no tool call, no tool result
+    agent.invoke({"messages": [HumanMessage("I also started learning Portuguese on Duolingo.")]}, thread)
+    saved = memory.session("thread-t1")
+    assert [t.content for t in saved.turns] == ["Big news: " + fact, "Noted: Maya is in Porto now.",
+                                                "I also started learning Portuguese on Duolingo.",
+                                                "Boa sorte with the Portuguese lessons!"]
+    facts = [s for s in memory.session_ids() if s.startswith("fact-")]
+    assert len(facts) == 1 and memory.session(facts[0]).turns[0].content == fact
+
+    later = agent.invoke({"messages": [HumanMessage("Where does my sister live now?")]}, {"configurable": {"thread_id": "t2"}})
+    found = next(m for m in later["messages"] if isinstance(m, ToolMessage)).content
+    assert "Porto" in found and {"thread-t1", facts[0]} & {line.split(" ")[0] for line in found.splitlines()}
+    assert memory.search("Which language am I learning?", k=1)[0].metadata["session_id"] == "thread-t1"
+
+
+def test_capture_every_n_turns_and_at_the_end_of_a_thread(make_memory):
+    memory = make_memory()
+    model = ScriptedToolModel(messages=iter([AIMessage(f"reply {i}") for i in range(3)]))
+    agent = create_agent(model, [], middleware=[MemoryCapture(memory, every=2)], checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t9"}}
+    agent.invoke({"messages": [HumanMessage("I live in Lisbon.")]}, thread)
+    assert memory.session_ids() == []
+    agent.invoke({"messages": [HumanMessage("I work at a bakery.")]}, thread)
+    assert len(memory.session("thread-t9").turns) == 4
+    agent.invoke({"messages": [HumanMessage("My bakery opens at six.")]}, thread)
+    assert len(memory.session("thread-t9").turns) == 4  # the third turn waits for the fourth ...
+    report = save_conversation(memory, agent.get_state(thread).values["messages"], session_id="thread-t9")
+    assert report.updated == ["thread-t9"] and len(memory.session("thread-t9").turns) == 6  # ... or the thread's end
+    with pytest.raises(ValueError, match="every must be a positive"):
+        MemoryCapture(memory, every=0)
+
+
+def test_conversation_keeps_what_was_said():
+    messages = [HumanMessage("hi"), AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "1"}]),
+                ToolMessage("42", tool_call_id="1"), AIMessage([{"type": "text", "text": "The answer is 42."}])]
+    assert conversation(messages) == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The answer is 42."}]
+
+
+def test_the_remember_fact_tool_returns_what_went_wrong(make_memory):
+    tool = make_remember_tool(make_memory())
+    assert tool.invoke({"fact": "  "}).startswith("not saved: the fact is empty")
