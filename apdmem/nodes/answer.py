@@ -36,7 +36,9 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
     if reply is None:
         reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                    settings.reranker())
-    annotate(answer_mode=mode)
+    evidence = state.get("evidence", [])
+    annotate(step=state.get("step", 0), answer_mode=mode, sessions=sorted({e["session_id"] for e in evidence}),
+             layers=sorted({e["layer"] for e in evidence}), evidence_items=len(evidence))
     return {"answer": reply, "answer_mode": mode, **usage_update("answer", usage)}
 
 

@@ -8,7 +8,7 @@ from apdmem import prompts
 from apdmem.memory.index import tokenize
 from apdmem.memory.records import Usage
 from apdmem.models import ask_structured
-from apdmem.nodes.common import usage_update
+from apdmem.nodes.common import annotate, usage_update
 
 
 class SubQueries(BaseModel):
@@ -29,6 +29,7 @@ def decompose(state, runtime, *, settings) -> dict:
             query = query.strip()
             if usable(query, question) and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
                 queries.append(query)
+    annotate(queries=queries)
     return {"queries": queries, **usage_update("decompose", usage)}
 
 

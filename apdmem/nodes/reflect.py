@@ -68,12 +68,13 @@ def reflect(state, runtime, *, settings) -> dict:
     if not (sufficient or targets or queries):
         # No reflection, an unusable one, or one that wants more but names nothing usable: the policy decides.
         targets = policy.plan(state, ctx)
-    annotate(step=state.get("step", 0) + 1, sufficient=sufficient, targets=targets, new_queries=queries)
+    step = state.get("step", 0) + (1 if usage.calls else 0)  # only a model's reflection spends a step
+    annotate(step=step, sufficient=sufficient, targets=targets, new_queries=queries)
     return {
         "sufficient": sufficient,
         "draft": (decision.draft_answer.strip() if decision else "") or state.get("draft", ""),
         "targets": targets,
         "queries": [*state.get("queries", []), *queries],
-        "step": state.get("step", 0) + (1 if usage.calls else 0),
+        "step": step,
         **usage_update("reflect", usage),
     }
