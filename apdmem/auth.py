@@ -3,8 +3,15 @@
 With ``APDMEM_AUTH_SECRET`` set in the server's environment, every request must carry
 ``Authorization: Bearer <token>``, a token made by `make_token` (``apdmem token USER``) with the same secret.
 The token's user is the run's identity: the graph reads that user's memory whatever the run's context
-claims, and a client sees only the threads it created. Without the secret (``langgraph dev`` on a laptop),
-requests are anonymous and the run's ``user_id`` is trusted.
+claims, and a client sees only the threads it created. Nothing else gets in: LangGraph Studio's LangSmith
+login is switched off (``disable_studio_auth`` in langgraph.json), and every resource apdmem does not use
+(crons, the server's own store, writes to assistants) is refused. Without the secret (``langgraph dev`` on a
+laptop), requests are anonymous and the run's ``user_id`` is trusted.
+
+A token lives at most `MAX_DAYS` and carries the time it was issued. ``APDMEM_AUTH_NOT_BEFORE`` in the
+server's environment revokes tokens issued before a time: a single time for every user
+(``2026-12-03T15:40:00Z``, or Unix seconds), or a JSON object of times per user id, ``"*"`` for everyone
+(``{"alice": "2026-12-03T15:40:00Z"}``). Changing the secret revokes every token.
 
 >>> token = make_token("alice", "a-long-server-secret", days=1)
 >>> verify_token(token, "a-long-server-secret")
@@ -16,16 +23,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import time
+from datetime import datetime, timezone
 
 from langgraph_sdk import Auth
+from langgraph_sdk.auth.types import StudioUser
 
 from apdmem.errors import ConfigError
 from apdmem.memory.records import check_id
 
 SECRET_ENV = "APDMEM_AUTH_SECRET"
-_VERSION = "apdmem1"
+NOT_BEFORE_ENV = "APDMEM_AUTH_NOT_BEFORE"
+MAX_DAYS = 365  # a token is a password: a leaked one stops working within a year even if nobody revokes it
+_VERSION = "apdmem2"  # "apdmem1" tokens (no issue time, no lifetime cap) are refused
+TOKEN_USER = "apdmem-token"  # the mark `authenticate` puts on the users it made
+_CLOCK_SKEW = 300  # seconds a token's issue time may lie ahead of the server's clock
 
 
 def _b64(data: bytes) -> str:
@@ -36,26 +50,69 @@ def _signature(payload: str, secret: str) -> str:
     return _b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())
 
 
-def make_token(user_id: str, secret: str, *, days: float = 30) -> str:
-    """A token naming `user_id`, valid for `days`, signed with `secret` (HMAC-SHA256)."""
+def make_token(user_id: str, secret: str, *, days: float = 30, now: float | None = None) -> str:
+    """A token naming `user_id`, issued `now` (default: the current time), valid for `days` (at most
+    `MAX_DAYS`), signed with `secret` (HMAC-SHA256)."""
     if len(secret) < 16:
         raise ConfigError(f"{SECRET_ENV} must be at least 16 characters")
-    payload = f"{_VERSION}.{_b64(check_id(user_id, 'user').encode())}.{int(time.time() + days * 86400)}"
+    if not 0 < days <= MAX_DAYS:
+        raise ConfigError(f"a token is valid for 1 to {MAX_DAYS} days, not {days:g}: issue a new one when it expires")
+    issued = int(time.time() if now is None else now)
+    payload = f"{_VERSION}.{_b64(check_id(user_id, 'user').encode())}.{issued}.{issued + int(days * 86400)}"
     return f"{payload}.{_signature(payload, secret)}"
 
 
-def verify_token(token: str, secret: str) -> str | None:
-    """The user a token names, or None if it is not a valid, unexpired token signed with `secret`."""
+def verify_token(token: str, secret: str, not_before: dict[str, float] | None = None) -> str | None:
+    """The user a token names, or None unless it is signed with `secret`, of this version, issued at most
+    `MAX_DAYS` before it expires, unexpired, and issued no earlier than the user's (or everyone's, ``"*"``)
+    time in `not_before`."""
     parts = token.split(".")
-    if len(parts) != 4 or parts[0] != _VERSION or not parts[2].isdigit():
+    if len(parts) != 5 or parts[0] != _VERSION or not (parts[2].isdigit() and parts[3].isdigit()):
         return None
-    payload = ".".join(parts[:3])
-    if not hmac.compare_digest(parts[3], _signature(payload, secret)) or int(parts[2]) < time.time():
+    payload = ".".join(parts[:4])
+    if not hmac.compare_digest(parts[4].encode(), _signature(payload, secret).encode()):
+        return None
+    issued, expires, now = int(parts[2]), int(parts[3]), time.time()
+    if not (issued <= now + _CLOCK_SKEW and now < expires and expires - issued <= MAX_DAYS * 86400):
         return None
     try:
-        return check_id(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode(), "user")
+        user = check_id(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode(), "user")
     except ValueError:
         return None
+    revoked_before = max((not_before or {}).get(user, 0), (not_before or {}).get("*", 0))
+    return user if issued >= revoked_before else None
+
+
+def not_before(raw: str | None) -> dict[str, float]:
+    """``APDMEM_AUTH_NOT_BEFORE`` read as {user id or "*": Unix time}; a value that is not one raises
+    ConfigError (the server then refuses every token rather than accept revoked ones).
+
+    >>> not_before("1700000000"), not_before('{"alice": "2023-11-14T22:13:20Z"}')
+    ({'*': 1700000000.0}, {'alice': 1700000000.0})
+    """
+    if not raw or not raw.strip():
+        return {}
+    entries = json.loads(raw) if raw.strip().startswith("{") else {"*": raw}
+    return {str(user): _moment(value) for user, value in entries.items()}
+
+
+def _moment(value) -> float:
+    """Unix seconds from a number or an ISO 8601 time (UTC when it names no zone)."""
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"{NOT_BEFORE_ENV}: {text!r} is not a time (ISO 8601 or Unix seconds)") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def auth_on() -> bool:
+    """Whether the server's environment turns auth on."""
+    return bool(os.environ.get(SECRET_ENV))
 
 
 auth = Auth()
@@ -64,22 +121,60 @@ auth = Auth()
 @auth.authenticate
 async def authenticate(authorization: str | None) -> Auth.types.MinimalUserDict:
     """Bearer tokens when the server has a secret; anonymous requests otherwise."""
-    secret = os.environ.get(SECRET_ENV)
-    if not secret:
+    if not auth_on():
         return {"identity": "anonymous", "is_authenticated": False}
+    try:
+        revoked = not_before(os.environ.get(NOT_BEFORE_ENV))
+    except (ConfigError, ValueError, AttributeError) as exc:  # fail closed: a broken revocation list admits nobody
+        raise Auth.exceptions.HTTPException(status_code=401, detail=f"the server's {NOT_BEFORE_ENV} is malformed: {exc}")
     scheme, _, token = (authorization or "").partition(" ")
-    user = verify_token(token.strip(), secret) if scheme.lower() == "bearer" else None
+    user = verify_token(token.strip(), os.environ[SECRET_ENV], revoked) if scheme.lower() == "bearer" else None
     if user is None:
-        raise Auth.exceptions.HTTPException(status_code=401, detail="missing, invalid or expired apdmem token")
-    return {"identity": user}
+        raise Auth.exceptions.HTTPException(status_code=401, detail="missing, invalid, expired or revoked apdmem token")
+    return {"identity": user, "kind": TOKEN_USER}
+
+
+def token_user(user) -> str | None:
+    """The user id of a request or run user that `authenticate` made from an apdmem token, else None.
+
+    Any other user has no identity here: LangGraph Studio's LangSmith login (switched off by
+    ``disable_studio_auth`` in langgraph.json; this is the second lock should a deployment switch it back
+    on), the anonymous user, a user the server rebuilt from a stored run without our mark.
+    """
+    if user is None or isinstance(user, StudioUser) or not getattr(user, "is_authenticated", False):
+        return None
+    kind = user.get("kind") if callable(getattr(user, "get", None)) else None
+    return user.identity if kind == TOKEN_USER else None
+
+
+def _token_user(ctx: Auth.types.AuthContext) -> bool:
+    return token_user(ctx.user) is not None
+
+
+@auth.on
+async def deny_the_rest(ctx: Auth.types.AuthContext, value: dict):
+    """With auth on, what apdmem does not use is refused: crons (a run nobody asked for in that moment), the
+    server's own store (apdmem keeps memories in its own), and any resource a newer server adds."""
+    return None if not auth_on() else False
+
+
+@auth.on.assistants
+async def shared_assistants(ctx: Auth.types.AuthContext, value: dict):
+    """The graphs' assistants are the server's, read by every user; with auth on nobody creates, changes or
+    deletes one (an assistant's stored context would reach other users' runs)."""
+    if not auth_on() or (ctx.action in ("read", "search") and _token_user(ctx)):
+        return None
+    return False
 
 
 @auth.on.threads
 async def own_threads(ctx: Auth.types.AuthContext, value: dict):
     """A thread (with its runs and their state: answers, evidence) is seen only by the user who created it;
     what a user creates (threads, runs and the temporary threads of stateless runs) is marked as theirs."""
-    if not ctx.user.is_authenticated:
+    if not auth_on():
         return None
+    if not _token_user(ctx):
+        return False
     owner = {"owner": ctx.user.identity}
     if isinstance(value, dict) and "metadata" in value:
         if value["metadata"] is None:

@@ -131,7 +131,7 @@ def cmd_ask(args) -> None:
             raise ConfigError(f"--date: {exc}") from None
     memory = _memory(args)
     final = ask(args.question, args.date, _context(args, memory))
-    print(f"\n{final.get('answer', '')}")
+    print(f"\n{final.get('answer', '')}\n(mode: {final.get('answer_mode', '')})")
 
 
 def cmd_demo(args) -> None:
@@ -141,6 +141,7 @@ def cmd_demo(args) -> None:
     from importlib.resources import files
 
     from apdmem.memory import load_longmemeval
+    from apdmem.models import is_embedded
 
     started = time.perf_counter()
     item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_s_af8d2e46.json.gz"))[0]
@@ -152,28 +153,29 @@ def cmd_demo(args) -> None:
               f"{sum(len(s.turns) for s in item.sessions)} turns of one user's history", flush=True)
         report = memory.ingest(item.sessions, progress=True)
         print(f"  ingested in {report.seconds:.1f}s: {report.units} L0 units (L0 mode {memory.l0_mode}, chat model {args.chat_model})")
-        # The embedded 135M model cannot judge evidence: with it, the deterministic disclosure policy decides.
-        args.no_reflection = args.no_reflection or (args.controller_model or args.chat_model) == "local"
+        # The embedded models cannot judge evidence: with them the deterministic disclosure policy decides.
+        args.no_reflection = args.no_reflection or is_embedded(args.controller_model or args.chat_model)
         print(f"\nQuestion ({item.question_date:%Y-%m-%d}): {item.question}", flush=True)
         print("  (reflection off: the disclosure policy decides what to open and how deep)" if args.no_reflection else
               "  (the controller model reflects between rounds)", flush=True)
         final = ask(item.question, item.question_date.isoformat(), _context(args, memory))
     show_disclosure(final, item)
-    print(f"\nAnswer: {final.get('answer', '')}")
+    print(f"\nAnswer (mode: {final.get('answer_mode', '')}):\n{final.get('answer', '')}")
     print(f"Reference answer: {item.answer}")
     usage = final.get("usage", {}).values()
     print(f"Wall time: {time.perf_counter() - started:.1f}s; model calls: {sum(u.get('calls', 0) for u in usage)}, "
           f"{sum(u.get('critical_calls', 0) for u in usage)} on the critical path")
-    if args.chat_model == "local":
-        print("(The embedded 135M-parameter model only shows the pipeline running offline; "
-              "use --chat-model <provider>:<model> for real answers.)")
+    if final.get("answer_mode") == "extractive":
+        print("(No generative model: the answer quotes the disclosed evidence. Use --chat-model <provider>:<model> "
+              "for written answers.)")
 
 
 DEMO_SHOWN = 8  # sessions of the ranking the demo prints
 
 
 def show_disclosure(final: dict, item) -> None:
-    """What the controller searched and opened, and the benchmark's evidence turns it disclosed verbatim."""
+    """What the controller searched and opened, and the benchmark's evidence turns it disclosed (a layer's item
+    that is the turn, or quotes it word for word)."""
     candidates = final.get("candidates", {})
     ranked = sorted(candidates, key=lambda sid: -candidates[sid]["score"])
     opened = final.get("opened", {})
@@ -184,12 +186,26 @@ def show_disclosure(final: dict, item) -> None:
           + f"; steps: {final.get('step', 0)}; stop: {final.get('stop_reason', '')}")
     for sid in item.answer_session_ids:
         print(f"Evidence session of the benchmark: {sid}, " + (f"opened at {opened[sid]}" if sid in opened else "not opened"))
-    turns = {(s.session_id, i) for s in item.sessions for i, t in enumerate(s.turns) if t.has_answer}
-    shown = [e for e in final.get("evidence", []) if e["layer"] == "L3" and (e["session_id"], e["turn"]) in turns]
-    for e in shown:
-        print(f"\nEvidence turn disclosed verbatim (session {e['session_id']}, {e['date'][:10]}, turn {e['turn'] + 1}):\n  {e['text']}")
+    shown: dict[tuple, list[str]] = {}
+    for e in final.get("evidence", []):
+        if (turn := evidence_turn(e, item)) is not None:
+            shown.setdefault((e["session_id"], e["date"][:10], turn, e["layer"]), []).append(e["text"])
+    for (sid, date, turn, layer), texts in shown.items():
+        print(f"\nEvidence turn disclosed (session {sid}, {date}, turn {turn + 1}, read at {layer}):" + "".join(f"\n  {t}" for t in texts))
     if not shown:
-        print("The benchmark's evidence turn was not disclosed verbatim (no L3 read of it).")
+        print("The benchmark's evidence turn was not disclosed.")
+
+
+def evidence_turn(evidence: dict, item) -> int | None:
+    """The benchmark's evidence turn (0-based) that a disclosed item is, or quotes word for word; else None."""
+    from apdmem.memory.layers import one_line
+
+    session = next(s for s in item.sessions if s.session_id == evidence["session_id"])
+    turns = [i for i, t in enumerate(session.turns) if t.has_answer]
+    if evidence["layer"] == "L3":
+        return evidence["turn"] if evidence["turn"] in turns else None
+    text = one_line(evidence["text"])
+    return next((i for i in turns if text and text in one_line(session.turns[i].content)), None)
 
 
 def cmd_bench_retrieval(args) -> None:

@@ -4,11 +4,12 @@ topic per session, and a factory of raw-mode memories."""
 import os
 import uuid
 from datetime import datetime
+from importlib.resources import files
 
 import pytest
 from pg_cluster import UNAVAILABLE, start_cluster
 
-from apdmem.memory import Memory, Session, Turn
+from apdmem.memory import Memory, Session, Turn, load_longmemeval
 from apdmem.memory.store import memory_store
 from apdmem.models import get_embeddings
 
@@ -124,6 +125,20 @@ def ingested(make_memory, history):
         return model, memory
 
     return make
+
+
+@pytest.fixture(scope="session")
+def haystack(embeddings):
+    """(item, memory): the whole LongMemEval-S item shipped with the package (50 sessions, 495 turns of one
+    user's history), ingested once per test run (raw L0) into an in-memory store, with the default models (the
+    extractive chat model "local"). Tests only read it."""
+    item = load_longmemeval(str(files("apdmem") / "data" / "longmemeval_s_af8d2e46.json.gz"))[0]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name in [n for n in os.environ if n.startswith("APDMEM_")]:
+            monkeypatch.delenv(name)
+        memory = Memory("haystack", store=memory_store(), l0_mode="raw")
+        memory.ingest(item.sessions)
+    return item, memory
 
 
 @pytest.fixture(scope="session")

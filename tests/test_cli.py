@@ -113,10 +113,11 @@ def test_a_missing_file_and_another_user(apdmem, history_file, tmp_path):
 
 @pytest.mark.slow
 def test_ingest_eager_l1_builds_key_facts_before_any_read(apdmem, history_file, tmp_path):
-    code, out, err = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet")
+    generative = ("--chat-model", "local:smollm2")  # the extractive default builds L1 without model calls
+    code, out, err = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet", *generative)
     assert code == 0, err
     assert "L1 key facts built now: 7 model call(s)" in out
     built = sorted(p.parent.name for p in (tmp_path / "memory").rglob("L1.json"))
     assert len(built) == 7
-    code, out, _ = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet")
+    code, out, _ = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet", *generative)
     assert code == 0 and "L1 key facts built now: 0 model call(s)" in out  # built before: nothing to do

@@ -1,5 +1,6 @@
 """Memory: ingest and search, idempotence, replacement, forgetting, persistence, stale indexes, layers, per-user
-isolation, interrupted runs (in process and a SIGKILLed child), and L1/L2/L0 from the embedded chat model (slow)."""
+isolation, interrupted runs (in process and a SIGKILLed child), and L1/L2/L0 from the embedded generative chat
+model, "local:smollm2" (slow; the extractive default is tested in test_extractive.py)."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from langchain_core.retrievers import BaseRetriever
 from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import Memory, Session
 from apdmem.memory.store import UserStore, memory_store, open_store
+from apdmem.models import LOCAL_CHAT
 
 NEW_DOG = ["We gave Biscuit to my parents; I now foster a greyhound called Comet.",
            "Greyhounds are gentle. How is Comet settling in?",
@@ -435,7 +437,7 @@ def puppy_store():
 
 @pytest.fixture
 def puppy_memory(embeddings, puppy_store) -> Memory:
-    memory = Memory("alice", store=puppy_store, l0_mode="raw", chat_model="local")
+    memory = Memory("alice", store=puppy_store, l0_mode="raw", chat_model=LOCAL_CHAT)
     memory.ingest([make_session("puppy", "2024-03-02T10:00", PUPPY)])
     return memory
 
@@ -454,7 +456,7 @@ def test_facts_come_from_the_chat_model_once_then_from_the_cache(puppy_memory, p
     assert heading == "# L1 key facts: session puppy (2024-03-02 10:00, Saturday)"
     assert body.splitlines() == [f"- {f}" for f in facts]
 
-    again = Memory("alice", store=puppy_store, l0_mode="raw", chat_model="local")
+    again = Memory("alice", store=puppy_store, l0_mode="raw", chat_model=LOCAL_CHAT)
     assert again.facts("puppy") == facts and again.usage.calls == 0  # the cache is in the store
 
 
@@ -474,7 +476,7 @@ def test_notes_cover_every_turn_once_then_from_the_cache(puppy_memory):
 
 @pytest.mark.slow
 def test_llm_mode_ingest_summarizes_windows_with_the_chat_model(embeddings):
-    memory = Memory("alice", store=memory_store(), l0_mode="llm", chat_model="local")
+    memory = Memory("alice", store=memory_store(), l0_mode="llm", chat_model=LOCAL_CHAT)
     report = memory.ingest([make_session("puppy", "2024-03-02T10:00", PUPPY)])
     units = memory.units("puppy")
     assert len(units) == report.units == 1 and (units[0].start, units[0].end) == (0, 4)

@@ -25,7 +25,10 @@ def parse_verdict(text: str) -> bool | None:
 
 
 def judge(model, *, question_type: str, question: str, answer: str, reply: str, abstention: bool, usage: Usage) -> bool | None:
-    """The judge's verdict, None when its reply holds no yes/no (counted as incorrect in reports)."""
+    """The judge's verdict, None when its reply holds no yes/no or there is no generative judge (`model` None,
+    chat model "local"), counted as incorrect in reports."""
+    if model is None:
+        return None
     return parse_verdict(generate(model.bind(max_tokens=8), judge_prompt(question_type, question, answer, reply, abstention), usage))
 
 

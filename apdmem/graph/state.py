@@ -55,6 +55,7 @@ class InputState(TypedDict, total=False):
 
 class OutputState(TypedDict, total=False):
     answer: str
+    answer_mode: str  # "generative" (a model wrote the answer) or "extractive" (it quotes the evidence)
     notes: str
     draft: str
     evidence: list[Evidence]

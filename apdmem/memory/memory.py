@@ -40,7 +40,7 @@ from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id
 from apdmem.memory.retriever import HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, open_store, session_key
-from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings
+from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, is_embedded
 
 FORMAT = 2
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
@@ -95,7 +95,7 @@ class Memory:
 
     `store` is where memories live: a directory (default ``$APDMEM_MEMORY_DIR``, else ``~/.apdmem``) or a
     LangChain byte store. `l0_mode` is "llm" (units summarized by the chat model), "raw" (the window text, no
-    model call) or "auto" (raw with the embedded chat model, llm otherwise). Models are specification strings
+    model call) or "auto" (raw with the embedded chat models "local" and "local:smollm2", llm otherwise). Models are specification strings
     (see `apdmem.models`) or LangChain objects. Everything this object reads or writes is inside the user's
     namespace. Several processes may read and write one user's memory at once.
     """
@@ -116,8 +116,9 @@ class Memory:
     ):
         self.user_id = check_id(user_id, "user")
         if l0_mode == "auto":
-            # The embedded 135M model writes summaries worse than the text they summarize: index raw windows.
-            l0_mode = "raw" if chat_model == "local" else "llm"
+            # No generative model ("local"), or the embedded 135M one, whose summaries are worse than the text
+            # they summarize: index raw windows.
+            l0_mode = "raw" if is_embedded(chat_model) else "llm"
         if l0_mode not in ("llm", "raw"):
             raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         self.store = UserStore(open_store(store), user_id)

