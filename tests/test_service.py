@@ -276,9 +276,10 @@ def test_the_remember_fact_tool_returns_what_went_wrong(make_memory):
 def test_without_server_auth_the_run_context_names_the_user(tmp_path, history, monkeypatch):
     clean_environment(monkeypatch)
     settings = Settings(store=str(tmp_path / "mem"))
-    remember_graph.invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob", settings=settings))
-    assert sessions_graph.invoke({}, context=Context(user_id="bob", settings=settings))["sessions"][0]["session_id"] == "s-hiking"
-    assert sessions_graph.invoke({}, context=Context(user_id="alice", settings=settings)) == {"sessions": []}
+    graphs = {name: build_service_graph(name, settings=settings) for name in SERVICE_GRAPHS}
+    graphs["remember"].invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob"))
+    assert graphs["sessions"].invoke({}, context=Context(user_id="bob"))["sessions"][0]["session_id"] == "s-hiking"
+    assert graphs["sessions"].invoke({}, context=Context(user_id="alice")) == {"sessions": []}
     with pytest.raises(UnknownSessionError):
-        forget_graph.invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice", settings=settings))
+        graphs["forget"].invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice"))
     assert settings.open_memory("bob").session_ids() == ["s-hiking"]
