@@ -26,10 +26,11 @@ from apdmem.memory.index import UnitIndex
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id
-from apdmem.memory.retriever import HybridRetriever, rank_sessions
 from apdmem.memory.generations import Generations, key, listing
+from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, session_key
 from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, is_embedded
+from apdmem.settings import L0_MODES, Settings
 
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
 CHUNK = 32  # sessions built (units, vectors) per step of an ingestion
@@ -59,11 +60,14 @@ class Memory:
         >>> memory.ingest(load_sessions("history.json"))                              # doctest: +SKIP
         >>> [d.metadata["session_id"] for d in memory.search("my dog's name", k=3)]   # doctest: +SKIP
 
-    `store` is where memories live: a directory (default ``$APDMEM_MEMORY_DIR``, else ``~/.apdmem``) or a
-    LangChain byte store. `l0_mode` is "llm" (units summarized by the chat model), "raw" (the window text, no
-    model call) or "auto" (raw with the embedded chat models "local" and "local:smollm2", llm otherwise). Models are specification strings
-    (see `apdmem.models`) or LangChain objects. Everything this object reads or writes is inside the user's
-    namespace. Several processes may read and write one user's memory at once.
+    `store` is where memories live: a directory or a ``postgresql://`` URL, or a LangChain byte store. `store`,
+    the models, `base_url` and `l0_mode` left unset are resolved by `apdmem.settings.Settings`, as the graph, the
+    tools, the command line and a server resolve them (``APDMEM_STORE``, ``APDMEM_CHAT_MODEL`` ..., default
+    ``~/.apdmem`` and the embedded models). `l0_mode` is "llm" (units summarized by the chat model), "raw" (the
+    window text, no model call) or "auto" (raw with the embedded chat models "local" and "local:smollm2", llm
+    otherwise). Models are
+    specification strings (see `apdmem.models`) or LangChain objects. Everything this object reads or writes is
+    inside the user's namespace. Several processes may read and write one user's memory at once.
     """
 
     def __init__(
@@ -71,22 +75,25 @@ class Memory:
         user_id: str,
         *,
         store=None,
-        chat_model="local",
-        embeddings="local",
+        chat_model=None,
+        embeddings=None,
         base_url: str | None = None,
-        l0_mode: str = "auto",
+        l0_mode: str | None = None,
         window: int = 4,
         stride: int = 2,
         lexical: str = "auto",
         concurrency: int = 4,
     ):
         self.user_id = check_id(user_id, "user")
+        settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
+        store, chat_model, embeddings, base_url = settings.store, settings.chat_model, settings.embeddings, settings.base_url
+        l0_mode = settings.l0_mode
+        if l0_mode not in L0_MODES:
+            raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         if l0_mode == "auto":
             # No generative model ("local"), or the embedded 135M one, whose summaries are worse than the text
             # they summarize: index raw windows.
             l0_mode = "raw" if is_embedded(chat_model) else "llm"
-        if l0_mode not in ("llm", "raw"):
-            raise ConfigError(f"unknown l0_mode {l0_mode!r}: use 'auto', 'llm' or 'raw'")
         self.store = UserStore(open_store(store), user_id)
         self._chat_spec, self._base_url = chat_model, base_url
         self.embeddings = get_embeddings(embeddings, base_url)
@@ -265,8 +272,14 @@ class Memory:
             raise UnknownSessionError(session_id)
         return session
 
-    def search(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
+    def search(self, query: str | list[str], k: int = SEARCH_K, *, date_range=None, min_score: float | None = None) -> list[Document]:
         """Top-k sessions for one query or several sub-queries, each with its best L0 unit.
+
+        `min_score` drops sessions scoring below it (default: none; the k best are returned however weak). The
+        score (``metadata["score"]``) is 0.8 x the cosine similarity of the best unit to the query plus 0.2 x its
+        BM25 coverage (0 to 1), plus the date preference (up to 0.1) and, in llm mode, 0.25 per keyword of the
+        unit named in the query. With the embedded embeddings, sessions unrelated to a query score about 0.2 at
+        most; look at the scores `apdmem search` prints before choosing a cut-off.
 
         `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
         near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).
@@ -285,6 +298,8 @@ class Memory:
         hits = rank_sessions(generation.index, queries, self._embed(queries), k, date_range=date_range, session_dates=dates)
         docs = []
         for hit in hits:
+            if min_score is not None and hit.score < min_score:
+                break  # hits come best first
             unit = generation.index.units[hit.row]
             meta = generation.manifest["sessions"][hit.session_id]
             docs.append(
@@ -295,9 +310,9 @@ class Memory:
             )
         return docs
 
-    def as_retriever(self, k: int = 10) -> HybridRetriever:
-        """This memory as a LangChain retriever."""
-        return HybridRetriever(memory=self, k=k)
+    def as_retriever(self, k: int = SEARCH_K, *, min_score: float | None = None) -> HybridRetriever:
+        """This memory as a LangChain retriever (`k` and `min_score` as in `search`)."""
+        return HybridRetriever(memory=self, k=k, min_score=min_score)
 
     def units(self, session_id: str) -> list[Unit]:
         """L0 units of a session."""
@@ -420,14 +435,19 @@ _shared: OrderedDict[tuple, Memory] = OrderedDict()
 _shared_lock = threading.Lock()
 
 
-def open_memory(user_id: str, *, store=None, chat_model="local", embeddings="local", base_url: str | None = None) -> Memory:
+def open_memory(user_id: str, *, store=None, chat_model=None, embeddings=None, base_url: str | None = None,
+                l0_mode: str | None = None) -> Memory:
     """A user's `Memory`, opened once per process and shared (a server's runs for one user reuse its loaded
-    index; `Memory.search` reloads it only when another writer committed a new generation)."""
-    key = (str(store), check_id(user_id, "user"), _identity(chat_model), _identity(embeddings), base_url)
+    index; `Memory.search` reloads it only when another writer committed a new generation). Unset options are
+    resolved by `Settings`, as `Memory` resolves them."""
+    settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
+    store, chat_model, embeddings, base_url = settings.store, settings.chat_model, settings.embeddings, settings.base_url
+    key = (_identity(store), check_id(user_id, "user"), _identity(chat_model), _identity(embeddings), base_url, settings.l0_mode)
     with _shared_lock:
         memory = _shared.get(key)
         if memory is None:
-            memory = _shared[key] = Memory(user_id, store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url)
+            memory = _shared[key] = Memory(user_id, store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url,
+                                           l0_mode=settings.l0_mode)
             while len(_shared) > SHARED_MEMORIES:
                 _shared.popitem(last=False)
         _shared.move_to_end(key)
