@@ -157,6 +157,12 @@ def probes(thread: str) -> list[tuple[str, str, dict | None]]:
         ("POST", "/runs/wait", run),
         ("POST", "/store/items/search", {"namespace_prefix": []}),
         ("POST", "/store/namespaces", {}),
+        # the service graphs, which read and write memory through the same identity check
+        ("POST", "/runs/wait", {"assistant_id": "sessions", "input": {}, "context": {"user_id": "alice"}}),
+        ("POST", "/runs/wait", {"assistant_id": "forget", "input": {"session_ids": ["s-dog"]}, "context": {"user_id": "alice"}}),
+        ("POST", "/runs/wait", {"assistant_id": "remember", "context": {"user_id": "alice"},
+                                "input": {"session_id": "planted", "messages": [{"role": "user", "content": "My dog is Rex."}]}}),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
     ]
 
 
@@ -195,6 +201,13 @@ def test_a_token_reaches_only_its_own_threads(server):
         # bob naming alice in a run of his own is refused inside the graph, with nothing of hers
         response = bob.post("/runs/wait", json=probes(thread)[6][2])
         assert "cannot read the memory of 'alice'" in response.text and not any(w in response.text for w in MEMORY_WORDS)
+        # nor can he list, forget or write her sessions through the service graphs
+        for graph, body in (("sessions", {}), ("forget", {"session_ids": ["s-dog"]}),
+                            ("remember", {"session_id": "planted", "messages": [{"role": "user", "content": "My dog is Rex."}]})):
+            response = bob.post("/runs/wait", json={"assistant_id": graph, "input": body, "context": {"user_id": "alice"}})
+            assert "cannot read the memory of 'alice'" in response.text and "s-dog" not in response.text, (graph, response.text[:300])
+        listed = alice.post("/runs/wait", json={"assistant_id": "sessions", "input": {}, "context": {}}).json()
+        assert [s["session_id"] for s in listed["sessions"]] == ["s-hiking", "s-dog", "s-bread", "s-job"]
         # a Studio header does not change who a token names
         studio = alice.post("/runs/wait", json=probes(thread)[6][2], headers={"x-auth-scheme": "langsmith"})
         assert studio.status_code == 200 and "Biscuit" in studio.text

@@ -37,7 +37,7 @@ from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.loaders import session_from_messages
-from apdmem.memory.records import Session, Unit, Usage, check_id
+from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.retriever import HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, open_store, session_key
 from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, is_embedded
@@ -526,7 +526,7 @@ class Memory:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         queries = [query] if isinstance(query, str) else list(query)
-        queries = [q for q in queries if q.strip()]
+        queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
         generation = self._current  # one generation for the whole search, whatever writers do meanwhile
         if not queries or generation.index is None or not len(generation.index):
