@@ -83,8 +83,9 @@ def test_the_graph_reads_a_question_with_lone_surrogates(make_memory, history, m
     model = ScriptedChatModel()
     memory = make_memory(chat_model=model)
     memory.ingest(history)
-    context = Context(settings=Settings(chat_model=model), memory=memory, tmax=3, reflection=False)
-    final, events = run_graph("What is my dog\udcff\udcfes name? \ud800", context, QUESTION_DATE)
+    context = Context(tmax=3, reflection=False)
+    final, events = run_graph("What is my dog\udcff\udcfes name? \ud800", context, QUESTION_DATE,
+                              settings=Settings(chat_model=model), memory=memory)
     assert final["answer"] == "scripted answer" and "s-dog" in final["opened"]
     asked = [p for kind in ("SubQueries", "notes", "answer") for p in model.prompts_of(kind)]
     assert len(asked) == 3 and all("dog\ufffd\ufffds name? \ufffd" in p for p in asked)

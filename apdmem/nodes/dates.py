@@ -211,7 +211,7 @@ def resolve_with_model(question: str, today: date, model, usage) -> list[DateHin
     return hints
 
 
-def normalize_dates(state, runtime) -> dict:
+def normalize_dates(state, runtime, *, settings) -> dict:
     """Resolve relative dates in the question against the question date. This is the graph's first node: the
     question the others read is the input's with lone surrogates replaced (`readable`)."""
     ctx, today, usage = runtime.context, question_today(state).date(), Usage()
@@ -220,7 +220,7 @@ def normalize_dates(state, runtime) -> dict:
     if ctx.date_normalization:
         hints = resolve_relative_dates(question, today)
         if unresolved_cues(question, hints):
-            hints += resolve_with_model(question, today, ctx.settings.controller(), usage)
+            hints += resolve_with_model(question, today, settings.controller(), usage)
     annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints])
     return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

@@ -43,7 +43,7 @@ def render_candidates(state) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def reflect(state, runtime) -> dict:
+def reflect(state, runtime, *, settings) -> dict:
     ctx, usage = runtime.context, Usage()
     decision = None
     # A reflection is a step of the budget: with none left, the loop stops at `converge` anyway.
@@ -57,7 +57,7 @@ def reflect(state, runtime) -> dict:
             step=state.get("step", 0),
             tmax=ctx.tmax,
         )
-        decision = ask_structured(ctx.settings.controller(), Reflection, prompt, usage)
+        decision = ask_structured(settings.controller(), Reflection, prompt, usage)
     candidates, searched, opened = state.get("candidates", {}), set(state.get("searched", [])), state.get("opened", {})
     targets, queries = [], []
     if decision is not None:
