@@ -120,8 +120,8 @@ def test_disclosure_only_stops_before_notes_and_answer(make_memory, history, mon
     model = ScriptedChatModel(script={"Reflection": [{"sufficient": False, "deepen": [{"session_id": "s-dog", "layer": "L2"}]}]})
     memory = make_memory(chat_model=model)
     memory.ingest(history)
-    state = longmemeval.disclose(build_graph(), {"question": "What is my dog's name?", "question_date": "2024/06/01 (Sat) 10:00"},
-                                 Context(memory=memory, settings=Settings(chat_model=model)))
+    state = longmemeval.disclose(build_graph(settings=Settings(chat_model=model), memory=memory),
+                                 {"question": "What is my dog's name?", "question_date": "2024/06/01 (Sat) 10:00"}, Context())
     assert state["route"] == "synthesize_notes" and state["opened"]["s-dog"] == "L2"
     assert "notes" not in state and "answer" not in state
     assert "notes" not in model.kinds() and "answer" not in model.kinds()

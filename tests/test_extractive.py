@@ -66,7 +66,7 @@ def test_extractive_layers_are_sentences_of_the_session_itself(haystack):
 
 def test_the_graph_answers_by_quoting_the_evidence_with_its_date(haystack):
     item, memory = haystack
-    final, events = run_graph(item.question, Context(memory=memory), item.question_date.isoformat())
+    final, events = run_graph(item.question, Context(), item.question_date.isoformat(), memory=memory)
     assert final["answer_mode"] == "extractive" and final["answer"].startswith(QUOTED + "\n")
     quotes = QUOTE.findall(final["answer"])
     assert 1 <= len(quotes) <= 3 and len(quotes) == final["answer"].count("\n")

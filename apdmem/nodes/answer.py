@@ -23,9 +23,9 @@ RELEVANT = 0.0  # cross-encoder logit above which a sentence answers the questio
 MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
 
 
-def answer(state, runtime) -> dict:
+def answer(state, runtime, *, settings, memory=None) -> dict:
     ctx, usage = runtime.context, Usage()
-    model = ctx.settings.generator()
+    model = settings.generator()
     draft = state.get("draft", "") if ctx.draft_answer else ""
     reply = ""
     if state.get("evidence") and model is not None:
@@ -34,8 +34,11 @@ def answer(state, runtime) -> dict:
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
     if reply is None:
-        reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime), ctx.settings.reranker())
-    annotate(answer_mode=mode)
+        reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
+                                   settings.reranker())
+    evidence = state.get("evidence", [])
+    annotate(step=state.get("step", 0), answer_mode=mode, sessions=sorted({e["session_id"] for e in evidence}),
+             layers=sorted({e["layer"] for e in evidence}), evidence_items=len(evidence))
     return {"answer": reply, "answer_mode": mode, **usage_update("answer", usage)}
 
 
