@@ -7,22 +7,39 @@ import logging
 import os
 import sys
 import time
+from dataclasses import fields
 
 from apdmem.errors import ApdmemError, ConfigError
 from apdmem.memory.records import readable
+from apdmem.memory.retriever import SEARCH_K
 
 
-def _memory(args, **overrides):
+def _resolve(args) -> None:
+    """Fill the options left unset as `Settings` and `Context` resolve them (``APDMEM_*``, then the defaults): the
+    values `Memory`, the graph and a server would use. The store stays unset here: `Memory` resolves it, and the
+    benchmarks keep their own default store."""
+    from apdmem.graph import Context
+    from apdmem.settings import Settings
+
+    for schema in (Settings, Context):
+        names = [f.name for f in fields(schema) if f.name not in ("store", "user_id") and hasattr(args, f.name)]
+        resolved = schema(**{name: getattr(args, name) for name in names if getattr(args, name) is not None})
+        for name in names:
+            setattr(args, name, getattr(resolved, name))
+
+
+def _memory(args):
     from apdmem.memory import Memory
 
-    options = dict(
-        store=args.store,
-        chat_model=args.chat_model,
-        embeddings=args.embeddings,
-        base_url=args.base_url,
-        l0_mode=getattr(args, "l0_mode", None) or os.environ.get("APDMEM_L0_MODE", "auto"),
-    )
-    return Memory(args.user, **{**options, **overrides})
+    return Memory(args.user, store=args.store, chat_model=args.chat_model, embeddings=args.embeddings, base_url=args.base_url,
+                  l0_mode=getattr(args, "l0_mode", None))
+
+
+def _settings(args):
+    from apdmem.settings import Settings
+
+    return Settings(store=args.store, chat_model=args.chat_model, controller_model=args.controller_model,
+                    generator_model=args.generator_model, embeddings=args.embeddings, base_url=args.base_url)
 
 
 def cmd_ingest(args) -> None:
@@ -44,7 +61,14 @@ def cmd_ingest(args) -> None:
 
 
 def cmd_search(args) -> None:
-    for rank, doc in enumerate(_memory(args).search(args.query, k=args.k), 1):
+    memory = _memory(args)
+    docs = memory.search(args.query, k=args.k, min_score=args.min_score)
+    if not docs and args.min_score is not None:
+        best = memory.search(args.query, k=1)
+        if best:  # say why nothing is shown: the cut-off, not an empty memory
+            print(f"apdmem: no session scores at least {args.min_score} (the best scores {best[0].metadata['score']:.4f})",
+                  file=sys.stderr)
+    for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
         text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
         print(f"{rank}. {meta['session_id']}  {meta['date'][:16]}  turns {meta['span'][0] + 1}-{meta['span'][1]}  score {meta['score']:.4f}")
@@ -90,24 +114,20 @@ def cmd_token(args) -> None:
 
 
 def _context(args, memory):
-    from apdmem.graph import Context, Settings
+    from apdmem.graph import Context
 
-    settings = Settings(store=args.store, chat_model=args.chat_model, controller_model=args.controller_model,
-                        generator_model=args.generator_model, embeddings=args.embeddings, base_url=args.base_url)
-    return Context(user_id=memory.user_id, memory=memory, settings=settings, tmax=args.tmax, top_k=args.top_k,
-                   drill_width=args.drill_width, reflection=not args.no_reflection)
+    return Context(user_id=memory.user_id, tmax=args.tmax, top_k=args.top_k, drill_width=args.drill_width,
+                   reflection=not args.no_reflection)
 
 
 QUERY_SHOWN = 100  # characters of a query the progress lines show (a question may be pages long)
 
 
-def ask(question: str, question_date: str | None, context) -> dict:
+def ask(question: str, question_date: str | None, graph, context) -> dict:
     """Run the controller graph, printing each disclosure as it happens; returns the final state."""
-    from apdmem.graph import build_graph
-
     final: dict = {}
     inputs = {"question": question, **({"question_date": question_date} if question_date else {})}
-    for mode, chunk in build_graph().stream(inputs, context=context, stream_mode=["custom", "values"]):
+    for mode, chunk in graph.stream(inputs, context=context, stream_mode=["custom", "values"]):
         if mode == "values":
             final = chunk
         elif chunk["event"] == "search":
@@ -120,6 +140,7 @@ def ask(question: str, question_date: str | None, context) -> dict:
 
 
 def cmd_ask(args) -> None:
+    from apdmem.graph import build_graph
     from apdmem.memory.loaders import parse_date
 
     if not args.question.strip():
@@ -130,7 +151,7 @@ def cmd_ask(args) -> None:
         except ValueError as exc:
             raise ConfigError(f"--date: {exc}") from None
     memory = _memory(args)
-    final = ask(args.question, args.date, _context(args, memory))
+    final = ask(args.question, args.date, build_graph(settings=_settings(args), memory=memory), _context(args, memory))
     print(f"\n{final.get('answer', '')}\n(mode: {final.get('answer_mode', '')})")
 
 
@@ -140,6 +161,7 @@ def cmd_demo(args) -> None:
     import tempfile
     from importlib.resources import files
 
+    from apdmem.graph import build_graph
     from apdmem.memory import load_longmemeval
     from apdmem.models import is_embedded
 
@@ -158,7 +180,8 @@ def cmd_demo(args) -> None:
         print(f"\nQuestion ({item.question_date:%Y-%m-%d}): {item.question}", flush=True)
         print("  (reflection off: the disclosure policy decides what to open and how deep)" if args.no_reflection else
               "  (the controller model reflects between rounds)", flush=True)
-        final = ask(item.question, item.question_date.isoformat(), _context(args, memory))
+        graph = build_graph(settings=_settings(args), memory=memory)
+        final = ask(item.question, item.question_date.isoformat(), graph, _context(args, memory))
     show_disclosure(final, item)
     print(f"\nAnswer (mode: {final.get('answer_mode', '')}):\n{final.get('answer', '')}")
     print(f"Reference answer: {item.answer}")
@@ -209,12 +232,16 @@ def evidence_turn(evidence: dict, item) -> int | None:
 
 
 def cmd_bench_retrieval(args) -> None:
+    from pathlib import Path
+
     from apdmem.eval.retrieval import format_report, run
 
-    result = run(args.dataset, l0_mode=args.l0_mode or "raw", chat_model=args.chat_model, embeddings=args.embeddings,
+    result = run(args.dataset, l0_mode=args.l0_mode, chat_model=args.chat_model, embeddings=args.embeddings, base_url=args.base_url,
                  limit=args.limit, output=args.output, dates=not args.no_dates)
-    print(format_report(result))
-    print(f"report: {args.output}")
+    table = format_report(result)
+    print(table)
+    Path(args.output).with_suffix(".md").write_text(table + "\n")
+    print(f"report: {args.output} (JSON, every question's ranking); table: {Path(args.output).with_suffix('.md')}")
 
 
 def positive(text: str) -> int:
@@ -237,17 +264,31 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="apdmem", description=__doc__)
-    common = Parser(add_help=False)
-    common.add_argument("--store", "--memory-dir", dest="store", default=os.environ.get("APDMEM_STORE"),
-                        help="where memories live: a directory (default $APDMEM_STORE, $APDMEM_MEMORY_DIR or ~/.apdmem)")
-    common.add_argument("--chat-model", default=os.environ.get("APDMEM_CHAT_MODEL", "local"), help="'local' or 'openai:<model>'")
-    common.add_argument("--embeddings", default=os.environ.get("APDMEM_EMBEDDINGS", "local"), help="'local' or 'openai:<model>'")
-    common.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible server URL")
+    # Options left unset are resolved by `Settings` / `Context` (see `_resolve`): the defaults named below.
+    where = Parser(add_help=False)
+    where.add_argument("--store", "--memory-dir", dest="store", default=None,
+                       help="where memories live: a directory or a postgresql:// URL (default $APDMEM_STORE, else "
+                            "$APDMEM_MEMORY_DIR, else ~/.apdmem)")
+    models = Parser(add_help=False)
+    models.add_argument("--chat-model", default=None,
+                        help="model that builds the layers (and, unless told otherwise, controls and answers): 'local' (no "
+                             "generative model: extractive layers and answers), 'local:smollm2' (the embedded SmolLM2, extra "
+                             "local-chat) or any LangChain '<provider>:<model>', e.g. openai:gpt-4.1-mini, "
+                             "anthropic:claude-sonnet-4-5, ollama:llama3.1 (default $APDMEM_CHAT_MODEL, else local)")
+    models.add_argument("--embeddings", default=None,
+                        help="'local' (the embedded MiniLM) or any LangChain '<provider>:<model>', e.g. "
+                             "openai:text-embedding-3-small, ollama:nomic-embed-text (default $APDMEM_EMBEDDINGS, else local)")
+    models.add_argument("--base-url", default=None,
+                        help="the server the provider calls: an OpenAI-compatible one for openai:<model> (llama.cpp, vLLM ...), "
+                             "an Ollama host for ollama:<model> (default $APDMEM_BASE_URL, else $OPENAI_BASE_URL)")
+    common = Parser(add_help=False, parents=[where, models])
     user = Parser(add_help=False)
-    user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"), help="user id (namespace)")
+    user.add_argument("--user", default=os.environ.get("APDMEM_USER_ID", "default"),
+                      help="user id (namespace); without --user: $APDMEM_USER_ID, else the user called 'default'")
     l0 = Parser(add_help=False)
     l0.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default=None,
-                    help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model")
+                    help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model, llm "
+                         "otherwise (default $APDMEM_L0_MODE, else auto)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest", parents=[common, user, l0], help="add a conversation file to a user's memory")
@@ -258,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("search", parents=[common, user], help="top sessions for a query")
     p.add_argument("query")
-    p.add_argument("-k", type=positive, default=5, help="how many sessions (default 5)")
+    p.add_argument("-k", type=positive, default=SEARCH_K, help=f"how many sessions (default {SEARCH_K})")
+    p.add_argument("--min-score", type=float, default=None,
+                   help="leave out sessions scoring below this (the score printed; default: none, the k best are shown)")
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown")
     p.add_argument("session")
@@ -271,12 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sessions)
 
     graph = Parser(add_help=False)
-    graph.add_argument("--controller-model", default=os.environ.get("APDMEM_CONTROLLER_MODEL"), help="default: --chat-model")
-    graph.add_argument("--generator-model", default=os.environ.get("APDMEM_GENERATOR_MODEL"), help="default: --chat-model")
-    graph.add_argument("--tmax", type=positive, default=os.environ.get("APDMEM_TMAX", "20"), help="step budget")
-    graph.add_argument("--top-k", type=positive, default=os.environ.get("APDMEM_TOP_K", "20"), help="sessions per search")
-    graph.add_argument("--drill-width", type=positive, default=os.environ.get("APDMEM_DRILL_WIDTH", "3"),
-                       help="reads per drilling round, run concurrently (default 3)")
+    graph.add_argument("--controller-model", default=None,
+                       help="model that decomposes and reflects (default $APDMEM_CONTROLLER_MODEL, else --chat-model)")
+    graph.add_argument("--generator-model", default=None,
+                       help="model that writes the notes and the answer (default $APDMEM_GENERATOR_MODEL, else --chat-model)")
+    graph.add_argument("--tmax", type=positive, default=None, help="step budget (default $APDMEM_TMAX, else 20)")
+    graph.add_argument("--top-k", type=positive, default=None,
+                       help="sessions each controller search returns and rescores, the pool the disclosure policy reads "
+                            "(default $APDMEM_TOP_K, else 20; the policy's threshold was set with 20)")
+    graph.add_argument("--drill-width", type=positive, default=None,
+                       help="reads per drilling round, run concurrently (default $APDMEM_DRILL_WIDTH, else 3)")
     asking = Parser(add_help=False)
     asking.add_argument("--no-reflection", action="store_true",
                         help="no model reflection between rounds: the deterministic disclosure policy decides")
@@ -296,21 +343,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=positive, default=30, help="validity in days, at most 365 (default 30); "
                    "$APDMEM_AUTH_NOT_BEFORE on the server revokes tokens issued before a time")
     p.set_defaults(func=cmd_token)
-    p = sub.add_parser("demo", parents=[common, graph, l0, asking], help="ingest a real user history (50 sessions) and answer its question")
+    p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real user history (50 sessions) and answer its question")
+    p.add_argument("--no-reflection", action="store_true",
+                   help="no model reflection between rounds: the deterministic disclosure policy decides (always so with "
+                        "the embedded chat models, local and local:smollm2, which cannot judge evidence; this flag matters "
+                        "with --chat-model or --controller-model <provider>:<model>)")
     p.set_defaults(func=cmd_demo)
 
     evals = sub.add_parser("eval", help="question-answering benchmarks").add_subparsers(dest="eval", required=True)
     from apdmem.eval import locomo, longmemeval
 
-    longmemeval.add_parser(evals, [common, graph, l0])
-    locomo.add_locomo_parser(evals, [common, graph, l0])
+    cache = Parser(add_help=False)  # a benchmark keeps its own memories, never in the user's store
+    cache.add_argument("--store", "--memory-dir", dest="store", default=None,
+                       help="directory where the benchmark's memories are kept between runs (default: a 'memory' "
+                            "directory in the output directory)")
+    longmemeval.add_parser(evals, [cache, models, graph, l0])
+    locomo.add_locomo_parser(evals, [cache, models, graph, l0])
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    p = bench.add_parser("retrieval", parents=[common, l0], help="first-pass retrieval on a LongMemEval or LoCoMo file")
-    p.add_argument("dataset")
+    about = ("first-pass retrieval on a LongMemEval or LoCoMo file (ingested into a fresh temporary store, so that "
+             "ingestion is timed from scratch)")
+    p = bench.add_parser("retrieval", parents=[models], help=about, description=about)
+    p.add_argument("dataset", help="a LongMemEval file (e.g. longmemeval_s_cleaned.json) or a LoCoMo file (locomo10.json)")
+    p.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default="raw",
+                   help="L0 units by the chat model (llm), the window text (raw, the default here) or auto")
     p.add_argument("--limit", type=int, default=None, help="first N conversations (LongMemEval) or questions (LoCoMo)")
     p.add_argument("--no-dates", action="store_true", help="search without the date ranges resolved from the questions")
-    p.add_argument("--output", default="reports/retrieval.json")
+    p.add_argument("--output", default="reports/retrieval.json",
+                   help="the JSON report (every question's ranking); the table printed is written beside it as .md")
     p.set_defaults(func=cmd_bench_retrieval)
     return parser
 
@@ -340,6 +400,7 @@ def _run(argv: list[str] | None) -> int:
         if isinstance(getattr(args, name, None), str):
             setattr(args, name, readable(getattr(args, name)))
     try:
+        _resolve(args)
         args.func(args)
         sys.stdout.flush()
     except ApdmemError as exc:

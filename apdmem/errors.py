@@ -30,3 +30,8 @@ class UnknownSessionError(ApdmemError, KeyError):
 
 class ConfigError(ApdmemError, ValueError):
     """A model or store specification that apdmem cannot honour."""
+
+
+class StoreError(ApdmemError):
+    """The store refused an operation: read-only, no rights on it, or unreachable. The message names the store
+    (never a password) and the reason."""

@@ -115,11 +115,13 @@ def clean_environment(monkeypatch) -> None:
     monkeypatch.setenv("LANGSMITH_TRACING", "false")
 
 
-def run_graph(question: str, context, question_date: str = "2024/06/01 (Sat) 10:00") -> tuple[dict, list[dict]]:
-    """Run the controller; returns (final output, custom stream events in order)."""
+def run_graph(question: str, context, question_date: str = "2024/06/01 (Sat) 10:00", *, settings=None,
+              memory=None) -> tuple[dict, list[dict]]:
+    """Run the controller built with `settings` and `memory` (see `build_graph`); returns (final output, custom
+    stream events in order)."""
     final, events = {}, []
     inputs = {"question": question, "question_date": question_date}
-    for mode, chunk in build_graph().stream(inputs, context=context, stream_mode=["custom", "values"]):
+    for mode, chunk in build_graph(settings=settings, memory=memory).stream(inputs, context=context, stream_mode=["custom", "values"]):
         if mode == "custom":
             events.append(chunk)
         else:

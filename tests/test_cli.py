@@ -105,8 +105,9 @@ def test_a_missing_file_and_another_user(apdmem, history_file, tmp_path):
     assert code == 2 and f"{tmp_path / 'nope.json'}: no such file" in err
     assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
     assert listed(apdmem("sessions")[1]) == list(HISTORY)
-    assert apdmem("sessions", user="bob") == (0, "", "")
-    assert apdmem("search", "What is my dog's name?", user="bob") == (0, "", "")
+    empty = "apdmem: user 'bob' has no memory in this store\n"  # said on stderr, nothing created
+    assert apdmem("sessions", user="bob") == (0, "", empty)
+    assert apdmem("search", "What is my dog's name?", user="bob") == (0, "", empty)
     code, _, err = apdmem("show", "s-dog", "--layer", "L3", user="bob")
     assert code == 2 and "no session 's-dog'" in err
 
@@ -121,3 +122,86 @@ def test_ingest_eager_l1_builds_key_facts_before_any_read(apdmem, history_file, 
     assert len(built) == 7
     code, out, _ = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet", *generative)
     assert code == 0 and "L1 key facts built now: 0 model call(s)" in out  # built before: nothing to do
+
+
+# --- help, README and behaviour agree ----------------------------------------------------------------------------
+
+
+def test_search_default_and_min_score(apdmem, history_file):
+    from apdmem.memory import Memory
+    from apdmem.memory.retriever import SEARCH_K
+    from apdmem.tools import make_memory_tools, search_memory
+
+    assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
+    code, out, _ = apdmem("search", "What is my dog's name?")
+    ranked = [line for line in out.splitlines() if line[:1].isdigit()]
+    assert code == 0 and len(ranked) == SEARCH_K == 5  # one default: the command, Memory.search, its retriever, the tool
+    defaults = [Memory.search.__defaults__[0], Memory.as_retriever.__defaults__[0], search_memory.__defaults__[0],
+                {t.name: t for t in make_memory_tools(None)}["search_memory"].args["k"]["default"]]
+    assert defaults == [SEARCH_K] * 4
+    scores = [float(line.rsplit("score ", 1)[1]) for line in ranked]
+    cut = (scores[0] + scores[1]) / 2  # between the best and the second
+    code, out, err = apdmem("search", "What is my dog's name?", "--min-score", str(cut))
+    assert (code, err) == (0, "") and [line for line in out.splitlines() if line[:1].isdigit()] == ranked[:1]
+    code, out, err = apdmem("search", "What is my dog's name?", "--min-score", "5")
+    assert (code, out) == (0, "") and err == f"apdmem: no session scores at least 5.0 (the best scores {scores[0]:.4f})\n"
+
+
+def help_of(*command: str, capsys) -> str:
+    capsys.readouterr()
+    assert main([*command, "--help"]) == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_help_names_what_the_options_take(capsys):
+    for command in (["ingest"], ["search"], ["ask"], ["demo"], ["eval", "longmemeval"], ["eval", "locomo"]):
+        text = help_of(*command, capsys=capsys)
+        assert "any LangChain '<provider>:<model>'" in text and "anthropic:claude-sonnet-4-5" in text, command
+        if command[0] == "eval":  # a benchmark's memories are its own
+            assert "where the benchmark's memories are kept between runs (default: a 'memory' directory in the output" in text
+        else:
+            assert "a directory or a postgresql:// URL (default $APDMEM_STORE" in text, command
+    assert "how many sessions (default 5)" in help_of("search", capsys=capsys)
+    assert "--min-score MIN_SCORE leave out sessions scoring below this" in help_of("search", capsys=capsys)
+    assert "(default $APDMEM_TOP_K, else 20; the policy's threshold was set with 20)" in help_of("ask", capsys=capsys)
+    assert "always so with the embedded chat models, local and local:smollm2" in help_of("demo", capsys=capsys)
+    bench = help_of("bench", "retrieval", capsys=capsys)
+    assert "--store" not in bench and "fresh temporary store" in bench
+
+
+def test_bench_retrieval_takes_no_store_and_says_where_its_report_went(tmp_path, capsys, embeddings):
+    from importlib.resources import files
+
+    dataset = str(files("apdmem") / "data" / "longmemeval_demo.json")
+    assert main(["bench", "retrieval", dataset, "--store", str(tmp_path / "s")]) == 2
+    assert "unrecognized arguments: --store" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    report = tmp_path / "r" / "retrieval.json"
+    assert main(["bench", "retrieval", dataset, "--output", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert f"report: {report} (JSON, every question's ranking); table: {report.with_suffix('.md')}" in out
+    assert json.loads(report.read_text())["questions"] == 1 and report.with_suffix(".md").read_text().startswith("type ")
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `apdmem ...` command of the README's shell blocks (continuation lines joined, comments cut)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["apdmem"]:
+                commands.append(words[1:])
+    return commands
+
+
+def test_every_command_of_the_readme_parses():
+    from apdmem.cli import build_parser
+
+    commands = readme_commands()
+    assert len(commands) >= 15 and {c[0] for c in commands} >= {"ingest", "search", "show", "ask", "demo", "bench", "eval", "migrate"}
+    for command in commands:
+        build_parser().parse_args(command)  # a usage error exits: the README shows an option the command lacks

@@ -36,10 +36,9 @@ def sleepy(ingested):
 
 
 def run_drill(memory, model, targets, **context):
-    ctx = Context(memory=memory, settings=Settings(chat_model=model), **context)
     state = {"question": "q", "candidates": {}, "targets": targets}
     started = time.perf_counter()
-    update = drill(state, Runtime(context=ctx))
+    update = drill(state, Runtime(context=Context(**context)), settings=Settings(chat_model=model), memory=memory)
     return update, time.perf_counter() - started
 
 
@@ -116,7 +115,7 @@ def test_concurrent_reads_stay_inside_the_runs_trace(sleepy):
     model, memory = sleepy
     model.delay = 0.0
     recorder = Recorder()
-    context = Context(memory=memory, settings=Settings(chat_model=model), reflection=False, decomposition=False)
-    build_graph().invoke({"question": "When is my puppy's first vet appointment?", "question_date": "2024/06/01 (Sat) 10:00"},
+    context = Context(reflection=False, decomposition=False)
+    build_graph(settings=Settings(chat_model=model), memory=memory).invoke({"question": "When is my puppy's first vet appointment?", "question_date": "2024/06/01 (Sat) 10:00"},
                          context=context, config={"callbacks": [recorder]})
     assert recorder.model_runs and recorder.model_runs.count("drill") == model.kinds().count("KeyFacts")

@@ -1,18 +1,14 @@
 """End to end on the embedded models: the graph in process on the extractive default and on the embedded
-generative model ("local:smollm2", SmolLM2-135M on llama.cpp), an llm-mode ingestion, the CLI demo and the
-quickstart notebook. Slow: each run of the tiny model takes a minute or more."""
+generative model ("local:smollm2", SmolLM2-135M on llama.cpp), an llm-mode ingestion and the CLI demo (the
+quickstart notebook: tests/test_notebook.py). Slow: each run of the tiny model takes a minute or more."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 from conftest import HISTORY, make_session
 from graph_helpers import clean_environment, run_graph
-from jupyter_client.kernelspec import KernelSpecManager
-from nbclient import NotebookClient
 
 from apdmem.graph import Context, Settings
 from apdmem.memory import Memory
@@ -37,8 +33,8 @@ def test_graph_on_the_embedded_generative_model(history, monkeypatch):
     clean_environment(monkeypatch)
     memory = Memory("generative", store=memory_store(), l0_mode="raw", chat_model=LOCAL_CHAT)
     memory.ingest(history)
-    context = Context(memory=memory, settings=Settings(chat_model=LOCAL_CHAT), tmax=4, top_k=3, drill_width=1)
-    final, events = run_graph("What is my dog's name?", context)
+    context = Context(tmax=4, top_k=3, drill_width=1)
+    final, events = run_graph("What is my dog's name?", context, settings=Settings(chat_model=LOCAL_CHAT), memory=memory)
     assert final["answer_mode"] == "generative" and isinstance(final["answer"], str) and final["answer"].strip()
     assert "s-dog" in final["opened"] and final["step"] <= 4
     assert all(e["step"] <= 4 for e in events) and events[0]["event"] == "search"
@@ -72,17 +68,3 @@ def test_cli_demo():
     answer = out.split("\nAnswer (mode: extractive):\n", 1)[1].split("\nReference answer: 7\n", 1)[0]
     assert answer.startswith("From your conversations (quoted, no model wrote this):\n- 2023-05-29, you said: ")
     assert "I brought 7 shirts" in answer and "model calls: 0" in out and "Wall time: " in out
-
-
-def test_quickstart_notebook(tmp_path, monkeypatch):
-    for key, value in offline_env().items():
-        monkeypatch.setenv(key, value)
-    notebook = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
-    # "python3" is the spec ipykernel installs in this venv; its "python" is replaced by this very interpreter.
-    assert KernelSpecManager().get_kernel_spec("python3").argv[0] in ("python", "python3", sys.executable)
-    client = NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
-    printed = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs)
-    assert "Answer:" in printed and f"opened: {{'{GOLD}'" in printed and "# L1 key facts" in printed
-    assert "'event': 'drill'" in printed and "step:" in printed
-    assert "session thread-demo-chat" in printed and "\nfact-" in printed  # the agent's thread and fact were saved

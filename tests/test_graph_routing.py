@@ -50,13 +50,13 @@ def test_step_budget_is_never_exceeded(scripted, history, tmax):
         "new_queries": [f"more about my pets {next(counter)}"],
     }
     model, memory = scripted(Reflection=[greedy] * 10)
-    out = build_graph().invoke({"question": QUESTION, "question_date": "2024/06/01 (Sat) 10:00"},
-                               context=Context(memory=memory, settings=Settings(chat_model=model), tmax=tmax))
+    out = build_graph(settings=Settings(chat_model=model), memory=memory).invoke(
+        {"question": QUESTION, "question_date": "2024/06/01 (Sat) 10:00"}, context=Context(tmax=tmax))
     assert set(out) <= set(OutputState.__annotations__)
     assert out["step"] == tmax and out["stop_reason"] == "step budget reached"
     assert all(d["step"] <= tmax for d in out["drills"])
     # Every step is a search, a drill or a reflection.
-    _, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=tmax))
+    _, events = run_graph(QUESTION, Context(tmax=tmax), settings=Settings(chat_model=model), memory=memory)
     searches = sum(e["event"] == "search" for e in events)
     assert out["step"] == searches + len(out["drills"]) + out["usage"].get("reflect", {}).get("calls", 0)
     assert searches >= (2 if tmax == 8 else 1)  # the model asks for a new search every round
@@ -65,7 +65,7 @@ def test_step_budget_is_never_exceeded(scripted, history, tmax):
 def test_stops_when_a_round_adds_no_evidence(scripted):
     # The controller asks again for a layer it has read: that round discloses nothing, whatever it decides next.
     model, memory = scripted(Reflection=[deepen(("s-dog", "L3")), deepen(("s-dog", "L3")), deepen(("s-dog", "L3"))])
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
+    final, _ = run_graph(QUESTION, Context(tmax=20), settings=Settings(chat_model=model), memory=memory)
     assert final["stop_reason"] == "no new evidence"
     assert layers_read(final, "s-dog") == ["L1", "L3"]
     # steps: the search, L1 of the head (s-dog stands out alone), three reflections and the L3 read (the read of
@@ -79,7 +79,7 @@ def test_drill_escalates_l1_l2_l3(scripted):
         deepen(("s-dog", "L3")),
         {"sufficient": True, "draft_answer": "Biscuit"},
     ])
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
+    final, _ = run_graph(QUESTION, Context(tmax=20), settings=Settings(chat_model=model), memory=memory)
     dog = [d for d in final["drills"] if d["session_id"] == "s-dog"]
     assert [d["layer"] for d in dog] == ["L1", "L2", "L3"]
     assert dog[0]["step"] < dog[1]["step"] < dog[2]["step"]
@@ -106,7 +106,7 @@ def test_decomposition_fans_out_and_reflection_adds_queries(scripted):
         SubQueries=[{"queries": ["dog name", "Dog Name", "  ", "guitar song", "dog breed", "name of my dog's vet", "dog toys"]}],
         Reflection=[{"sufficient": False, "new_queries": ["hiking trip", "dog name"]}, {"sufficient": True}],
     )
-    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))  # max_queries 4, the question included
+    final, events = run_graph(QUESTION, Context(tmax=20), settings=Settings(chat_model=model), memory=memory)  # max_queries 4, the question included
     searches = [e for e in events if e["event"] == "search"]
     assert [e["queries"] for e in searches] == [[QUESTION, "dog name", "dog breed", "name of my dog's vet"], ["hiking trip"]]
     assert final["searched"] == [QUESTION, "dog name", "dog breed", "name of my dog's vet", "hiking trip"]
@@ -116,14 +116,14 @@ def test_decomposition_fans_out_and_reflection_adds_queries(scripted):
 
 def test_without_decomposition_the_question_is_the_only_query(scripted):
     model, memory = scripted(SubQueries=[{"queries": ["dog name"]}])
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), decomposition=False))
+    final, _ = run_graph(QUESTION, Context(decomposition=False), settings=Settings(chat_model=model), memory=memory)
     assert final["searched"] == [QUESTION] and "SubQueries" not in model.kinds()
 
 
 def test_ids_the_model_invents_are_ignored(scripted):
     invented = {"sufficient": False, "open_sessions": ["s-unicorn"], "deepen": [{"session_id": "s-japan", "layer": "L3"}]}
     model, memory = scripted(Reflection=[invented] * 3)  # s-japan is not open
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20, drill_width=1))
+    final, _ = run_graph(QUESTION, Context(tmax=20, drill_width=1), settings=Settings(chat_model=model), memory=memory)
     # Only what the policy wants is read: s-dog, which stands out alone.
     assert [(d["session_id"], d["layer"]) for d in final["drills"]] == [(s, "L1") for s in policy.wanted(final)]
     assert [d["session_id"] for d in final["drills"]] == ["s-dog"]
@@ -156,7 +156,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
         if failing in (name, "all"):
             script.update({kind: list(r) for kind, r in replies.items()})
     model, memory = scripted(**script)
-    final, events = run_graph(question, Context(memory=memory, settings=Settings(chat_model=model), tmax=12))
+    final, events = run_graph(question, Context(tmax=12), settings=Settings(chat_model=model), memory=memory)
 
     assert isinstance(final["answer"], str) and final["answer"].strip()
     reflect_prompts = model.prompts_of("Reflection")
@@ -186,7 +186,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
 
 def test_without_controller_one_search_and_l1_only(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L3"))])
-    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), controller=False, drill_width=3))
+    final, events = run_graph(QUESTION, Context(controller=False, drill_width=3), settings=Settings(chat_model=model), memory=memory)
     # One round: the head of the ranking (s-dog stands out alone).
     assert [e["event"] for e in events] == ["search", "drill"]
     assert [(d["session_id"], d["layer"]) for d in final["drills"]] == [(s, "L1") for s in policy.wanted(final)]
@@ -198,19 +198,19 @@ def test_without_controller_one_search_and_l1_only(scripted):
 
 def test_layers_ablation_never_reads_a_disallowed_layer(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L2"), ("s-knee", "L2")), {"sufficient": True}])
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), layers="L1,L3"))
+    final, _ = run_graph(QUESTION, Context(layers="L1,L3"), settings=Settings(chat_model=model), memory=memory)
     assert layers_read(final, "s-dog") == ["L1", "L3"]  # L2 asked for, the next allowed layer read
     assert all(d["layer"] != "L2" for d in final["drills"]) and "EvidenceNotes" not in model.kinds()
 
     model, memory = scripted()
-    final, _ = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), layers="L3"))
+    final, _ = run_graph(QUESTION, Context(layers="L3"), settings=Settings(chat_model=model), memory=memory)
     assert {d["layer"] for d in final["drills"]} == {"L3"}  # first contact at the shallowest allowed layer
     assert "KeyFacts" not in model.kinds() and "EvidenceNotes" not in model.kinds()
 
 
 def test_custom_stream_reports_every_search_and_drill(scripted):
     model, memory = scripted(Reflection=[deepen(("s-dog", "L2")), {"sufficient": True}])
-    final, events = run_graph(QUESTION, Context(memory=memory, settings=Settings(chat_model=model), tmax=20))
+    final, events = run_graph(QUESTION, Context(tmax=20), settings=Settings(chat_model=model), memory=memory)
     drills = [e for e in events if e["event"] == "drill"]
     assert [{k: e[k] for k in ("step", "session_id", "layer", "turns")} for e in drills] == final["drills"]
     assert drills[0]["session_id"] == "s-dog" and drills[0]["layer"] == "L1" and drills[-1]["layer"] == "L2"

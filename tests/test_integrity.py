@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import faiss
@@ -18,7 +20,8 @@ from conftest import HISTORY, make_session
 
 from apdmem.cli import main
 from apdmem.memory import Memory, load_longmemeval
-from apdmem.memory.store import InMemoryStore, UserStore, open_store, session_key
+from apdmem.memory.backends import open_store
+from apdmem.memory.store import InMemoryStore, UserStore, session_key
 
 ROOT = Path(__file__).resolve().parents[1]
 S_DEV = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json.gz"
@@ -147,7 +150,7 @@ while True:
     finished = __import__("os").path.exists(stop)
     try:
         docs = memory.search("what did I say about my plans", k=5)
-        generation = memory._current  # what that search read
+        generation = memory.generations.current  # what that search read
         listed = {s for s, m in generation.manifest["sessions"].items() if m["units"]}
         indexed = {u.session_id for u in generation.index.units} if generation.index else set()
         if indexed != listed or any(d.metadata["session_id"] not in listed for d in docs):
@@ -292,13 +295,32 @@ def test_an_unreadable_l0_is_rebuilt_from_the_messages(stored, capsys, content):
     assert code == 0 and out.startswith("1. s-bread")
 
 
-def test_an_unreadable_session_is_dropped_when_read(stored, capsys):
+def test_an_unreadable_session_json_is_rebuilt_from_its_l3_and_nothing_is_deleted(stored, capsys):
     directory, folder = stored
+    bob_unchanged = beside_bob(directory)
+    l3 = (folder / "sessions" / "s-job" / "L3.md").read_bytes()
     (folder / "sessions" / "s-job" / "session.json").write_text('{"session_id": 5}')
+    code, out, err = cli(capsys, "show", "s-job", "--layer", "L3", "--user", "alice", "--store", str(directory))
+    assert code == 0 and out.strip() == l3.decode().strip(), err
+    assert "rebuilt from its L3.md" in err and len(err.strip().splitlines()) == 1
+    assert (folder / "sessions" / "s-job" / "L3.md").read_bytes() == l3  # the surviving layer is kept
+    assert json.loads((folder / "sessions" / "s-job" / "session.json").read_text())["session_id"] == "s-job"  # written back
+    memory = Memory("alice", store=str(directory), l0_mode="raw")
+    assert memory.session_ids() == list(HISTORY) and memory.session("s-job").turns == make_session("s-job", *HISTORY["s-job"]).turns
+    assert bob_unchanged()
+
+
+def test_a_session_with_no_readable_layer_is_unlisted_and_its_files_kept(stored, capsys):
+    directory, folder = stored
+    bob_unchanged = beside_bob(directory)
+    (folder / "sessions" / "s-job" / "session.json").write_text('{"session_id": 5}')
+    (folder / "sessions" / "s-job" / "L3.md").write_text("garbage")
     code, _, err = cli(capsys, "show", "s-job", "--layer", "L3", "--user", "alice", "--store", str(directory))
     assert code == 2 and err.strip().splitlines()[-1] == "apdmem: error: no session 's-job' in this user's memory"
     assert "dropped from the listing: s-job" in err
     assert "s-job" not in Memory("alice", store=str(directory), l0_mode="raw").session_ids()
+    assert (folder / "sessions" / "s-job" / "L0.json").exists()  # not provably debris: never deleted
+    assert bob_unchanged()
 
 
 def test_nothing_outside_the_users_namespace_is_read(stored):
@@ -463,3 +485,333 @@ def test_user_store_keys_stay_in_the_namespace():
     alice = UserStore(store, "alice")
     alice.put({"k": b"1"})
     assert list(store.yield_keys()) == ["users/alice/k"]
+
+
+# ------------------------------------------------------------------ round two: lost listings, links, migrate
+
+
+def snapshot(location: str | Path, user: str | None = None) -> dict[str, str]:
+    """Hash of every value of one user (or, for a directory, every file of the store, locks aside), files or rows."""
+    if str(location).startswith("postgresql://"):
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(str(location).replace("postgresql://", "postgresql+psycopg://", 1))
+        try:
+            with engine.connect() as connection:
+                rows = connection.execute(text("SELECT namespace, key, value FROM langchain_key_value_stores"))
+                return {f"{ns}/{k}": hashlib.sha256(v).hexdigest() for ns, k, v in rows
+                        if user is None or ns == f"users/{session_key(user)}"}
+        finally:
+            engine.dispose()
+    folder = Path(location) / "users" / session_key(user) if user else Path(location)
+    return files(folder) if folder.exists() else {}
+
+
+def sql(location: str, statement: str, **params) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(location.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(statement), params)
+    finally:
+        engine.dispose()
+
+
+def ingest_two_users(store_location: str) -> str:
+    """alice (the synthetic history) and bob (two sessions) in one store."""
+    Memory("alice", store=store_location, l0_mode="raw").ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    Memory("bob", store=store_location, l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."]),
+                                                               make_session("b-2", "2024-01-02T00:00", ["I sold my car.", "OK."])])
+    return store_location
+
+
+@pytest.fixture
+def two_users(store_location, embeddings):
+    """`ingest_two_users` on each backend."""
+    return ingest_two_users(store_location)
+
+
+def beside_bob(directory: Path):
+    """Put bob beside alice in a file store; returns a check that bob's files are what they were."""
+    Memory("bob", store=str(directory), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    before = files(directory / "users" / "bob")
+    return lambda: files(directory / "users" / "bob") == before
+
+
+def listed(capsys, store, user="alice") -> tuple[int, list[str], str]:
+    code, out, err = cli(capsys, "sessions", "--user", user, "--store", str(store))
+    return code, [line.split("\t")[0] for line in out.splitlines()], err
+
+
+def test_a_missing_manifest_lists_every_session_again(two_users, capsys):
+    store = two_users
+    bob = snapshot(store, "bob")
+    if store.startswith("postgresql://"):
+        sql(store, "DELETE FROM langchain_key_value_stores WHERE namespace = 'users/alice' AND key = 'manifest.json'")
+    else:
+        (Path(store) / "users" / "alice" / "manifest.json").unlink()
+    code, sessions, err = listed(capsys, store)
+    assert code == 0 and sessions == list(HISTORY), err
+    assert len(err.strip().splitlines()) == 1 and "manifest.json is missing" in err and "listed again" in err
+    code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", store)
+    assert code == 0 and out.startswith("1. s-dog")
+    assert listed(capsys, store) == (0, list(HISTORY), "")  # repaired once, then read as it is
+    assert snapshot(store, "bob") == bob
+
+
+def test_an_intact_session_missing_from_a_readable_listing_is_listed_again(stored, capsys):
+    directory, folder = stored
+    bob_unchanged = beside_bob(directory)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["sessions"]["s-dog"]  # e.g. a manifest restored from an older backup
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    code, sessions, err = listed(capsys, directory)
+    assert code == 0 and sessions == list(HISTORY) and "listed again: s-dog" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
+    assert code == 0 and out.startswith("1. s-dog")
+    assert bob_unchanged()
+
+
+@pytest.mark.parametrize("number", [10**400, -5, 2.5, "7", True])
+def test_a_manifest_naming_an_impossible_generation_is_repaired(stored, capsys, number):
+    directory, folder = stored
+    bob_unchanged = beside_bob(directory)
+    text = (folder / "manifest.json").read_text()
+    manifest = json.loads(text)
+    (folder / "manifest.json").write_text(text.replace(f'"generation": {manifest["generation"]}', f'"generation": {json.dumps(number)}'))
+    code, sessions, err = listed(capsys, directory)
+    assert code == 0 and sessions == list(HISTORY), err
+    assert len(err.strip().splitlines()) == 1 and "manifest.json names no valid generation" in err
+    assert 0 < generation_of(folder) < 100
+    code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
+    assert code == 0 and out.startswith("1. s-dog")
+    assert bob_unchanged()
+
+
+def test_an_index_of_another_dimension_is_rebuilt(stored, capsys):
+    directory, folder = stored
+    bob_unchanged = beside_bob(directory)
+    index = folder / "index" / str(generation_of(folder))
+    table = json.loads((index / "units.json").read_text())
+    table["dimension"] = 8
+    (index / "units.json").write_text(json.dumps(table))
+    (index / "vectors.f32").write_bytes(np.ones((len(table["vector_units"]), 8), "<f4").tobytes())
+    code, out, err = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
+    assert code == 0 and out.startswith("1. s-dog"), err
+    assert len(err.strip().splitlines()) == 1 and "dimension 8" in err
+    assert bob_unchanged()
+
+
+def plant_links(directory: Path, outside: Path) -> dict[str, tuple[Path, str]]:
+    """Links planted in alice's folder: to bob's files, to a folder of bob's, and out of the store."""
+    alice, bob = directory / "users" / "alice", directory / "users" / "bob"
+    return {
+        "index file to bob's manifest": (alice / "index" / "dense.faiss", "../../bob/manifest.json"),
+        "layer file out of the store": (alice / "sessions" / "s-dog" / "L1.json", str(outside / "victim.json")),
+        "session folder to bob's": (alice / "sessions" / "s-evil", "../../bob/sessions/b-1"),
+        "index folder to bob's": (alice / "index", "../bob/index"),
+        "manifest to bob's": (alice / "manifest.json", "../bob/manifest.json"),
+        "user folder out of the store": (directory / "users" / "zz", str(outside)),
+        "lock file to bob's manifest": (alice / ".lock", "../bob/manifest.json"),
+    }
+
+
+@pytest.mark.parametrize("plant", ["index file to bob's manifest", "layer file out of the store", "session folder to bob's",
+                                   "index folder to bob's", "manifest to bob's", "user folder out of the store",
+                                   "lock file to bob's manifest"])
+def test_a_planted_link_is_never_followed(tmp_path, embeddings, capsys, plant):
+    directory, outside = tmp_path / "mem", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.json").write_text('["a fact planted from outside"]')
+    Memory("alice", store=str(directory), l0_mode="raw").ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    Memory("bob", store=str(directory), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    link, target = plant_links(directory, outside)[plant]
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    elif link.exists():
+        link.unlink()
+    link.symlink_to(target)
+    bob, beyond = files(directory / "users" / "bob"), files(outside)
+    code, sessions, err = listed(capsys, directory)
+    assert code == 0 and sessions == list(HISTORY), err
+    for args in (["search", "What is my PIN?", "-k", "10"], ["show", "s-dog", "--layer", "L3"], ["show", "s-hiking", "--layer", "L0"]):
+        code, out, err = cli(capsys, *args, "--user", "alice", "--store", str(directory))
+        assert code == 0 and "4921" not in out and "planted from outside" not in out, (args, err)
+    path = write_file(tmp_path / "more.json", [make_session("s-new", "2024-06-01T10:00", ["I learned to juggle.", "Nice!"])])
+    assert cli(capsys, "ingest", str(path), "--user", "alice", "--store", str(directory), "--l0-mode", "raw", "--quiet")[0] == 0
+    assert cli(capsys, "forget", "s-new", "--user", "alice", "--store", str(directory))[0] == 0
+    assert files(directory / "users" / "bob") == bob and files(outside) == beyond  # never read through, written or deleted
+    assert listed(capsys, directory, "bob")[1] == ["b-1"]
+    if plant != "user folder out of the store":  # alice's own link is damage her writer removed (the link itself)
+        assert not link.is_symlink()
+    assert listed(capsys, directory)[1] == list(HISTORY)
+
+
+def test_a_read_of_a_user_without_memory_says_so_and_creates_nothing(stored, capsys, caplog):
+    directory, _ = stored
+    before = {str(p.relative_to(directory)) for p in directory.rglob("*")}, files(directory)
+    for args in (["search", "hiking"], ["sessions"], ["show", "s-dog"]):
+        code, out, err = cli(capsys, *args, "--user", "nobody", "--store", str(directory))
+        said = "no session 's-dog'" if args[0] == "show" else "user 'nobody' has no memory in this store"
+        assert (code, out) == (2 if args[0] == "show" else 0, "") and said in err, (args, err)
+        assert len(err.strip().splitlines()) == 1
+    assert Memory("nobody", store=str(directory), l0_mode="raw").search("hiking") == []
+    assert "user 'nobody' has no memory in this store" in caplog.text  # what a graph's log shows
+    assert ({str(p.relative_to(directory)) for p in directory.rglob("*")}, files(directory)) == before
+    assert "'default'" in subprocess.run([sys.executable, "-m", "apdmem.cli", "search", "--help"], cwd=ROOT, env=ENV,
+                                         capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("store", ["mysql://u:secret@host/x", "", "  ", "redis://h:6379"])
+def test_an_unknown_store_url_or_an_empty_store_is_an_error_that_creates_nothing(tmp_path, capsys, monkeypatch, store):
+    monkeypatch.chdir(tmp_path)
+    for command in (["sessions"], ["search", "dog"]):
+        result = cli(capsys, *command, "--user", "alice", "--store", store)
+        assert one_line_error(*result) and "secret" not in result[2], result
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------- read-only stores
+
+
+def run_read_only(directory: Path, *args: str) -> tuple[int, str, str]:
+    """The command line in a mount namespace of its own where `directory` is a read-only bind of itself."""
+    script = f'mount --bind -o ro "$1" "$1" && shift && exec {sys.executable} -m apdmem.cli "$@"'
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(directory), *args], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout, result.stderr
+
+
+def read_only_mounts() -> bool:
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind -o ro / /"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not read_only_mounts(), reason="needs unshare and mount (root in a mount namespace)")
+def test_a_read_only_directory_serves_reads_and_refuses_writes_in_one_line(stored, tmp_path):
+    directory, folder = stored
+    (folder / "index" / str(generation_of(folder)) / "units.json").write_bytes(b"garbage")  # a reader repairs in memory
+    before = files(directory)
+    store = ["--user", "alice", "--store", str(directory)]
+    code, out, err = run_read_only(directory, "sessions", *store)
+    assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == list(HISTORY), err
+    assert "in memory only" in err
+    code, out, err = run_read_only(directory, "search", "What is my dog's name?", *store)
+    assert code == 0 and out.startswith("1. s-dog"), err
+    code, out, err = run_read_only(directory, "show", "s-dog", "--layer", "L3", *store)
+    assert code == 0 and "Biscuit" in out, err
+    path = write_file(tmp_path / "more.json", [make_session("s-new", "2024-06-01T10:00", ["I learned to juggle.", "Nice!"])])
+    for args in (["ingest", str(path), "--l0-mode", "raw", "--quiet"], ["forget", "s-dog"]):
+        code, out, err = run_read_only(directory, *args, *store)
+        last = err.strip().splitlines()[-1]  # after the warning of the in-memory repair
+        assert code == 2 and last.startswith("apdmem: error: ") and "Read-only file system" in last, (args, err)
+        assert "Traceback" not in err
+    assert files(directory) == before
+
+
+def chattr(flag: str, directory: Path) -> bool:
+    return subprocess.run(["chattr", "-R", flag, str(directory)], capture_output=True).returncode == 0
+
+
+def test_an_immutable_directory_serves_reads_and_refuses_writes_in_one_line(stored, tmp_path, capsys):
+    directory, folder = stored
+    if not chattr("+i", directory):
+        pytest.skip("chattr +i is not supported here")
+    try:
+        before = files(directory)
+        for args in (["sessions"], ["search", "What is my dog's name?"], ["show", "s-dog", "--layer", "L3"]):
+            code, out, err = cli(capsys, *args, "--user", "alice", "--store", str(directory))
+            assert code == 0 and out and err == "", (args, err)
+        path = write_file(tmp_path / "more.json", [make_session("s-new", "2024-06-01T10:00", ["I learned to juggle.", "Nice!"])])
+        result = cli(capsys, "ingest", str(path), "--user", "alice", "--store", str(directory), "--l0-mode", "raw", "--quiet")
+        assert one_line_error(*result) and "Operation not permitted" in result[2], result
+        assert files(directory) == before
+    finally:
+        chattr("-i", directory)
+
+
+def test_a_postgres_role_without_rights_is_one_line_and_a_select_only_role_serves_reads(postgres_url, capsys, postgres, tmp_path,
+                                                                                        embeddings):
+    store = ingest_two_users(postgres_url)
+    suffix = uuid.uuid4().hex[:8]
+    postgres.psql(f"CREATE ROLE nobody_{suffix} LOGIN; CREATE ROLE reader_{suffix} LOGIN")
+    sql(store, f"GRANT SELECT ON langchain_key_value_stores TO reader_{suffix}")
+    before = snapshot(store)
+    as_role = lambda role: store.replace("postgresql://apdmem@", f"postgresql://{role}_{suffix}:pw{suffix}@")  # noqa: E731
+    result = cli(capsys, "sessions", "--user", "alice", "--store", as_role("nobody"))
+    assert one_line_error(*result) and "permission denied" in result[2], result
+    assert "SELECT" not in result[2] and f"pw{suffix}" not in result[2]
+    reader = ["--user", "alice", "--store", as_role("reader")]
+    assert listed(capsys, as_role("reader"))[:2] == (0, list(HISTORY))
+    code, out, _ = cli(capsys, "search", "What is my dog's name?", *reader)
+    assert code == 0 and out.startswith("1. s-dog")
+    assert cli(capsys, "show", "s-dog", "--layer", "L3", *reader)[0] == 0
+    path = write_file(tmp_path / "more.json", [make_session("s-new", "2024-06-01T10:00", ["I learned to juggle.", "Nice!"])])
+    for args in (["ingest", str(path), "--l0-mode", "raw", "--quiet"], ["forget", "s-dog"]):
+        result = cli(capsys, *args, *reader)
+        assert one_line_error(*result) and "permission denied" in result[2] and f"pw{suffix}" not in result[2], result
+    assert snapshot(store) == before
+
+
+# ------------------------------------------------------------------------------------------------- migrate
+
+
+def test_migrate_from_postgres_refuses_a_traversal_namespace_and_changes_nothing(postgres_url, tmp_path, capsys, embeddings):
+    Memory("alice", store=postgres_url, l0_mode="raw").ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    target = tmp_path / "target"
+    Memory("bob", store=str(target), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    manifest = json.loads(UserStore(open_store(postgres_url), "alice").get("manifest.json"))
+    sql(postgres_url, "INSERT INTO langchain_key_value_stores (namespace, key, value) VALUES (:ns, 'manifest.json', :v)",
+        ns="users/zz/../bob", v=json.dumps({**manifest, "user_id": "bob", "sessions": {}}).encode())
+    before, source = files(target), snapshot(postgres_url)
+    result = cli(capsys, "migrate", "--from", postgres_url, "--to", str(target), "--quiet")
+    assert one_line_error(*result) and "nothing was copied" in result[2], result
+    assert files(target) == before and snapshot(postgres_url) == source
+    assert listed(capsys, target, "bob")[1] == ["b-1"]
+
+
+HOSTILE_SOURCES = {
+    "link out of the store": lambda users, outside: (users / "alice" / "sessions" / "s-dog" / "L1.json").symlink_to(outside / "victim.json"),
+    "user folder linked out of the store": lambda users, outside: (users / "zz").symlink_to(outside),
+    "garbage manifest": lambda users, outside: (users / "alice" / "manifest.json").write_bytes(b"{not json"),
+    "manifest [1, 2]": lambda users, outside: (users / "alice" / "manifest.json").write_text("[1, 2]"),
+    "deeply nested manifest": lambda users, outside: (users / "alice" / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000),
+    "folder claiming another user": lambda users, outside: shutil.copytree(users / "alice", users / "mallory"),
+    "manifest of another user": lambda users, outside: (users / "alice" / "manifest.json").write_text(
+        (users / "alice" / "manifest.json").read_text().replace('"user_id": "alice"', '"user_id": "bob"')),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_SOURCES)
+def test_migrate_from_a_hostile_file_store_fails_in_one_line_and_copies_nothing(tmp_path, capsys, embeddings, hostile):
+    source, target, outside = tmp_path / "source", tmp_path / "target", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.json").write_text('["planted"]')
+    for user in ("alice", "carol"):
+        Memory(user, store=str(source), l0_mode="raw").ingest([make_session(s, d, t) for s, (d, t) in list(HISTORY.items())[:3]])
+    Memory("bob", store=str(target), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    HOSTILE_SOURCES[hostile](source / "users", outside)
+    before, source_before, beyond = files(target), files(source), files(outside)
+    result = cli(capsys, "migrate", "--from", str(source), "--to", str(target), "--quiet")
+    assert one_line_error(*result) and "nothing was copied" in result[2], result
+    assert files(target) == before and files(source) == source_before and files(outside) == beyond
+
+
+def test_migrate_from_a_missing_directory_is_an_error_that_creates_nothing(tmp_path, capsys):
+    result = cli(capsys, "migrate", "--from", str(tmp_path / "nonexistent"), "--to", str(tmp_path / "target"), "--quiet")
+    assert one_line_error(*result) and "no memory directory" in result[2], result
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_migrate_copies_valid_users_and_verifies_each_against_its_source(tmp_path, capsys, embeddings):
+    source, target = tmp_path / "source", tmp_path / "target"
+    Memory("alice", store=str(source), l0_mode="raw").ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    Memory("bob@example.com", store=str(source), l0_mode="raw").ingest([make_session("b-1", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
+    (source / "users" / "alice" / "index" / "dense.faiss").write_bytes(b"debris of apdmem 0.1")  # not copied
+    before = files(source)
+    code, out, err = cli(capsys, "migrate", "--from", str(source), "--to", str(target), "--quiet")
+    assert code == 0 and out.count("verified") == 2, err
+    assert files(source) == before
+    assert not (target / "users" / "alice" / "index" / "dense.faiss").exists()
+    assert Memory("alice", store=str(target), l0_mode="raw").session_ids() == list(HISTORY)

@@ -115,13 +115,19 @@ REPLIES = {
 
 class FakeGraph:
     """Stands in for the compiled controller: discloses turn 1 of session 2 (L3) and turn 3 of session 1 (L2),
-    plus an L1 fact, and answers from REPLIES."""
+    plus an L1 fact, and answers from REPLIES. `calls` holds (inputs, context, settings, memory) of each call."""
 
-    def __init__(self):
+    def __init__(self, *, settings=None, memory=None):
         self.calls = []
+        self.build(settings=settings, memory=memory)
+
+    def build(self, *, settings, memory):
+        """Stands in for `build_graph`: this graph, bound to `settings` and `memory`."""
+        self.settings, self.memory = settings, memory
+        return self
 
     def invoke(self, inputs, *, context):
-        self.calls.append((inputs, context))
+        self.calls.append((inputs, context, self.settings, self.memory))
         user = context.user_id
         evidence = [
             {"session_id": f"{user}:session_2", "date": "", "layer": "L3", "turn": 0, "text": "raw"},
@@ -133,7 +139,7 @@ class FakeGraph:
                 "stop_reason": "sufficient"}
 
 
-def no_graph():
+def no_graph(**bound):
     raise AssertionError("the controller was built although every question was answered")
 
 
@@ -143,15 +149,15 @@ def lines(path: Path) -> list[dict]:
 
 def test_run_maps_turns_scores_and_resumes(tmp_path, monkeypatch, embeddings):
     fake = FakeGraph()
-    monkeypatch.setattr(locomo, "build_graph", lambda: fake)
+    monkeypatch.setattr(locomo, "build_graph", fake.build)
     options = dict(l0_mode="raw", output_dir=tmp_path / "out", progress=False, context_overrides={"reflection": False})
 
     first = run(FIXTURE, limit=3, **options)  # both questions of conv-a, the first of conv-b
     assert first["questions"] == 3 and len(fake.calls) == 3
-    inputs, context = zip(*fake.calls)
+    inputs, context, settings, memory = zip(*fake.calls)
     assert [i["question_date"] for i in inputs] == ["2023-05-27T10:20:00"] * 2 + ["2022-08-15T19:30:00"]
-    assert [c.user_id for c in context] == [c.memory.user_id for c in context] == ["conv-a", "conv-a", "conv-b"]
-    assert context[0].reflection is False and context[0].tmax == 20 and context[0].settings.controller_model == "local"
+    assert [c.user_id for c in context] == [m.user_id for m in memory] == ["conv-a", "conv-a", "conv-b"]
+    assert context[0].reflection is False and context[0].tmax == 20 and settings[0].controller_model == "local"
     assert (tmp_path / "out" / "memory" / "users" / "conv-b").is_dir()  # a namespace per sample
 
     results = tmp_path / "out" / "results.jsonl"
@@ -201,13 +207,13 @@ def test_results_of_another_file_are_refused(tmp_path, monkeypatch, embeddings):
 
 def test_command_line(tmp_path, monkeypatch, capsys, embeddings):
     fake = FakeGraph()
-    monkeypatch.setattr(locomo, "build_graph", lambda: fake)
+    monkeypatch.setattr(locomo, "build_graph", fake.build)
     code = main(["eval", "locomo", str(FIXTURE), "--limit", "1", "--l0-mode", "raw", "--tmax", "4", "--top-k", "3",
                  "--generator-model", "local", "--output-dir", str(tmp_path / "out"), "--memory-dir", str(tmp_path / "mem")])
     out = capsys.readouterr().out
     assert code == 0 and "| 4 single-hop | 1 | 1.000 | 1.000 |" in out and "| overall | 1 |" in out
-    context = fake.calls[0][1]
-    assert (context.tmax, context.top_k, context.settings.generator_model) == (4, 3, "local")
+    _, context, settings, _ = fake.calls[0]
+    assert (context.tmax, context.top_k, settings.generator_model) == (4, 3, "local")
     assert (tmp_path / "mem" / "users" / "conv-a").is_dir() and not (tmp_path / "out" / "memory").exists()
 
 

@@ -18,7 +18,9 @@ from langchain_core.retrievers import BaseRetriever
 
 from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import Memory, Session
-from apdmem.memory.store import UserStore, memory_store, open_store
+from apdmem.memory.backends import open_store
+from apdmem.memory.generations import Generations
+from apdmem.memory.store import UserStore, memory_store
 from apdmem.models import LOCAL_CHAT
 
 NEW_DOG = ["We gave Biscuit to my parents; I now foster a greyhound called Comet.",
@@ -172,7 +174,7 @@ def test_reopened_memory_gives_identical_results_without_rebuilding(make_memory,
     memory = make_memory(store=open_store(tmp_path))
     memory.ingest(history)
     repaired = []
-    monkeypatch.setattr(Memory, "_repair", lambda self, raw, damage: repaired.append(damage))
+    monkeypatch.setattr(Generations, "repair", lambda self, raw, damage: repaired.append(damage))
     reopened = make_memory(store=open_store(tmp_path))
     assert repaired == []  # loaded from the saved index
     assert reopened.session_ids() == memory.session_ids()
@@ -194,8 +196,8 @@ def test_stale_index_is_rebuilt_on_open(make_memory, history, tmp_path, monkeypa
     else:  # the manifest names a generation whose index is not there (e.g. copied from elsewhere)
         manifest["generation"] += -1 if damage == "older generation" else 1
         user.put_json({"manifest.json": manifest})
-    repaired, repair = [], Memory._repair
-    monkeypatch.setattr(Memory, "_repair", lambda self, raw, why: repaired.append(why) or repair(self, raw, why))
+    repaired, repair = [], Generations.repair
+    monkeypatch.setattr(Generations, "repair", lambda self, raw, why: repaired.append(why) or repair(self, raw, why))
     reopened = make_memory(store=open_store(tmp_path))
     assert len(repaired) == 1 and "index of generation" in repaired[0]
     assert answers(reopened) == answers(memory)
@@ -339,13 +341,14 @@ from pathlib import Path
 import apdmem.memory.memory as memory_module
 from apdmem.memory import Memory, Session
 from apdmem.memory.index import UnitIndex
-from apdmem.memory.store import open_store
+from apdmem.memory.backends import open_store
 
 memory_module.CHECKPOINT_SECONDS = 0  # checkpoint after every chunk of 32 sessions
 sessions_file, directory, marker = sys.argv[1:4]
 saves = []
-commit = Memory._commit
-Memory._commit = lambda self, generation: (commit(self, generation), saves.append(1))[0]
+from apdmem.memory.generations import Generations
+commit = Generations.commit
+Generations.commit = lambda self, generation: (commit(self, generation), saves.append(1))[0]
 add = UnitIndex.add
 
 

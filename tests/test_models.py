@@ -46,7 +46,6 @@ def test_objects_from_python_are_used_as_they_are(make_memory, history):
     memory = Memory("obj", store=memory_store(), chat_model=model, embeddings=embeddings, l0_mode="llm")
     memory.ingest(history[:1])
     assert memory.chat_model is model and "WindowSummary" in model.kinds()  # the object built L0
-    assert Context(memory=memory, settings=settings).settings.controller() is model
 
 
 @pytest.mark.parametrize("what, build", [("chat model", get_chat_model), ("embeddings", get_embeddings)])

@@ -84,8 +84,8 @@ def test_a_session_is_read_deeper_when_its_l1_lacks_the_words_it_matched_on():
 ])
 def test_plan_opens_then_deepens_then_stops(memory, question, best, depth):
     model, memory = memory
-    context = Context(memory=memory, settings=Settings(chat_model=model), reflection=False)
-    final, _ = run_graph(question, context)
+    context = Context(reflection=False)
+    final, _ = run_graph(question, context, settings=Settings(chat_model=model), memory=memory)
     reads = [(d["session_id"], d["layer"]) for d in final["drills"]]
     opened_first = [sid for sid, layer in reads if layer == "L1"]
     assert opened_first == policy.wanted(final) and opened_first[0] == best and final["opened"][best] == depth
@@ -103,4 +103,4 @@ def test_drill_width_bounds_a_round(memory):
     scores = {"s-dog": 2.0, "s-bread": 1.99, "s-job": 1.98, "s-knee": 1.97, "s-japan": 1.0}
     state = {"question": "q", "searched": ["q"], "opened": {}, "candidates": {s: candidate(v, {"q": v}) for s, v in scores.items()}}
     assert policy.wanted(state) == ["s-dog", "s-bread", "s-job", "s-knee"]
-    assert len(policy.plan(state, Context(memory=memory, drill_width=2))) == 2
+    assert len(policy.plan(state, Context(drill_width=2))) == 2

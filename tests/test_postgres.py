@@ -19,7 +19,9 @@ from apdmem.cli import main
 from apdmem.errors import ConfigError
 from apdmem.memory import Memory, open_memory
 from apdmem.memory.migrate import migrate
-from apdmem.memory.store import UserStore, open_store
+from apdmem.memory.backends import open_store
+from apdmem.memory.generations import Generations
+from apdmem.memory.store import UserStore
 
 
 @pytest.fixture
@@ -62,14 +64,14 @@ def test_a_memory_in_postgres_answers_as_the_file_store_does(postgres_url, tmp_p
 KILLED_WRITER = """
 import sys, time
 from apdmem.memory import Memory
-from apdmem.memory.memory import Memory as M
+from apdmem.memory.generations import Generations as M
 from conftest import HISTORY, make_session
-commit = M._commit
+commit = M.commit
 def stall(self, generation):
     out = commit(self, generation)  # written inside the writer's transaction, not committed yet
     open(sys.argv[2], "w").close()
     time.sleep(120)
-M._commit = stall
+M.commit = stall
 Memory("alice", store=sys.argv[1], l0_mode="raw").ingest([make_session("s-new", "2024-07-01T10:00", ["I moved to Lisbon.", "Exciting!"])])
 """
 
@@ -101,8 +103,8 @@ def test_a_worker_reloads_a_users_index_only_when_its_generation_changes(postgre
     assert open_memory("alice", store=postgres_url) is shared
     Memory("alice", store=postgres_url, l0_mode="raw").ingest(history_sessions)  # another writer (process or worker)
     loads = []
-    generation = Memory._generation
-    monkeypatch.setattr(Memory, "_generation", lambda self, raw: (self is shared and loads.append(1)) or generation(self, raw))
+    generation = Generations._generation
+    monkeypatch.setattr(Generations, "_generation", lambda self, raw: (self is shared.generations and loads.append(1)) or generation(self, raw))
     assert shared.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
     for question in QUESTIONS:
         shared.search(question, k=3)

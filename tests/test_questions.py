@@ -72,8 +72,9 @@ def test_the_graph_reads_a_question_with_lone_surrogates(make_memory, history, m
     model = ScriptedChatModel()
     memory = make_memory(chat_model=model)
     memory.ingest(history)
-    context = Context(settings=Settings(chat_model=model), memory=memory, tmax=3, reflection=False)
-    final, events = run_graph("What is my dog\udcff\udcfes name? \ud800", context, QUESTION_DATE)
+    context = Context(tmax=3, reflection=False)
+    final, events = run_graph("What is my dog\udcff\udcfes name? \ud800", context, QUESTION_DATE,
+                              settings=Settings(chat_model=model), memory=memory)
     assert final["answer"] == "scripted answer" and "s-dog" in final["opened"]
     asked = [p for kind in ("SubQueries", "notes", "answer") for p in model.prompts_of(kind)]
     assert len(asked) == 3 and all("dog\ufffd\ufffds name? \ufffd" in p for p in asked)
@@ -83,13 +84,16 @@ def test_the_graph_reads_a_question_with_lone_surrogates(make_memory, history, m
 
 @pytest.mark.slow
 def test_cli_ask_answers_a_2000_word_question_with_invalid_bytes(tmp_path, history):
-    """`apdmem ask` on the embedded models with a 2,000-word question holding bytes that are not UTF-8: every
-    step runs (date cues, decomposition, search and rescoring, reads, notes, answer) and an answer is printed."""
+    """`apdmem ask` on the embedded models (SmolLM2 generating) with a 2,000-word question holding bytes that are
+    not UTF-8: every step runs (date cues, decomposition, search and rescoring, reads, notes, answer, each prompt
+    cut to the model's window) and an answer is printed. The extractive default is asked the same question on
+    the server (test_auth.py)."""
     store = tmp_path / "mem"
     Memory("alice", store=str(store), l0_mode="raw").ingest(history[:3])
     question = long_question(2000, head="What is my dog's name? I think the shelter told me last spring, caf\udcff.")
     argv = [b"ask", question.encode("utf-8", "surrogateescape"), b"--user", b"alice", b"--store", str(store).encode(),
-            b"--date", b"2024-06-01", b"--no-reflection", b"--tmax", b"3", b"--top-k", b"3", b"--drill-width", b"1"]
+            b"--date", b"2024-06-01", b"--no-reflection", b"--tmax", b"3", b"--top-k", b"3", b"--drill-width", b"1",
+            b"--chat-model", b"local:smollm2"]  # a generative model: its prompts hold the question (cut to its window)
     assert len(argv[1].split()) >= 2000 and b"\xff" in argv[1]
     run = cli(*argv)
     out, err = run.stdout.decode(), run.stderr.decode(errors="replace")

@@ -226,20 +226,20 @@ def test_the_graph_searches_with_the_question_dates(make_memory, history, monkey
     """normalize_dates puts the resolved ranges in the state; the search node hands them to Memory.search."""
     from types import SimpleNamespace
 
-    from apdmem.graph import Context
+    from apdmem.graph import Context, Settings
     from apdmem.nodes.dates import normalize_dates
     from apdmem.nodes.search import search
 
     monkeypatch.setenv("LANGSMITH_TRACING", "false")
     memory = make_memory()
     memory.ingest(history)
-    runtime = SimpleNamespace(context=Context(user_id="alice", memory=memory, top_k=3), stream_writer=None)
+    runtime = SimpleNamespace(context=Context(user_id="alice", top_k=3), stream_writer=None)
     state = {"question": "What did I do with my hobbies 10 days ago?", "question_date": "2024-04-30T10:00"}
-    state |= normalize_dates(state, runtime)
+    state |= normalize_dates(state, runtime, settings=Settings())
     assert state["date_ranges"] == [["2024-04-20", "2024-04-20"]]
     calls, found = [], []
     monkeypatch.setattr(memory, "search", lambda *a, **kw: calls.append(kw) or found.append(type(memory).search(memory, *a, **kw)) or found[-1])
-    out = search({**state, "queries": [state["question"]]}, runtime)
+    out = search({**state, "queries": [state["question"]]}, runtime, settings=Settings(), memory=memory)
     assert calls == [{"k": 3, "date_range": [("2024-04-20", "2024-04-20")]}]
     # The session of that day ranks first in the search (the cross-encoder then rescores what it found).
     assert found[0][0].metadata["session_id"] == "s-guitar" and "s-guitar" in out["candidates"]
@@ -299,8 +299,9 @@ def test_search_memory_rescores_one_query_with_the_settings_reranker(make_memory
     memory = make_memory()
     memory.ingest(history)
     question = "What did the physiotherapist say about my running injury?"
-    runtime = SimpleNamespace(context=Context(memory=memory, settings=Settings(reranker_model=Recording()), top_k=4), stream_writer=None)
-    out = search({"question": question, "queries": [question, "knee exercises"]}, runtime)
+    runtime = SimpleNamespace(context=Context(top_k=4), stream_writer=None)
+    out = search({"question": question, "queries": [question, "knee exercises"]}, runtime,
+                 settings=Settings(reranker_model=Recording()), memory=memory)
     searched = [d.page_content for q in (question, "knee exercises") for d in memory.search(q, k=4)]
     assert sorted(pairs) == sorted(zip([question] * 4 + ["knee exercises"] * 4, searched))
     assert policy.ranking(out["candidates"], question)[0] == "s-knee"

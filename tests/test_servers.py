@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 import httpx
@@ -114,8 +115,8 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
     memory = Memory("alice", store=memory_store(), l0_mode="raw", chat_model=model)
     memory.ingest(history)
     before = completions(log)
-    context = Context(settings=Settings(chat_model=model), memory=memory, tmax=4, top_k=3, drill_width=1)  # short prompts
-    final, _ = run_graph(QUESTION, context, QUESTION_DATE)
+    context = Context(tmax=4, top_k=3, drill_width=1)  # short prompts
+    final, _ = run_graph(QUESTION, context, QUESTION_DATE, settings=Settings(chat_model=model), memory=memory)
     assert final["answer_mode"] == "generative" and isinstance(final["answer"], str) and final["answer"].strip()
     assert "s-dog" in final["opened"] and final["step"] <= 4
     calls = sum(u["calls"] for u in final["usage"].values())
@@ -137,7 +138,7 @@ def test_a_non_openai_provider_string_and_a_model_object_from_python(llama_serve
     settings = Settings(chat_model=builder, controller_model="deepseek:smollm2", generator_model="deepseek:smollm2", base_url=base_url)
     assert type(settings.controller()).__name__ == "ChatDeepSeek" and memory.chat_model is builder
     before = completions(log)
-    final, _ = run_graph(QUESTION, Context(settings=settings, memory=memory, tmax=4, top_k=3, drill_width=1), QUESTION_DATE)
+    final, _ = run_graph(QUESTION, Context(tmax=4, top_k=3, drill_width=1), QUESTION_DATE, settings=settings, memory=memory)
     assert isinstance(final["answer"], str) and final["answer"].strip() and "s-dog" in final["opened"]
     assert final["usage"]["drill"]["calls"] >= 1 and final["usage"]["answer"]["input_tokens"] > 0
     assert completions(log) - before == sum(u["calls"] for u in final["usage"].values())  # every call reached the server
@@ -148,11 +149,12 @@ def test_a_non_openai_provider_string_and_a_model_object_from_python(llama_serve
 
 @contextmanager
 def langgraph_dev(memory_dir: Path, **env: str):
-    """`langgraph dev` from the repository root over `memory_dir`; yields its URL."""
+    """`langgraph dev` from the repository root over the store `memory_dir` (unless `env` names another
+    APDMEM_STORE); yields its URL."""
     port, log = free_port(), memory_dir.parent / f"langgraph-{memory_dir.name}.log"
     state_dir = ROOT / ".langgraph_api"  # where `langgraph dev` keeps its in-memory runtime's state
     had_state = state_dir.exists()
-    env = server_env(LANGGRAPH_CLI_NO_ANALYTICS="1", APDMEM_MEMORY_DIR=str(memory_dir), **env)
+    env = server_env(**{"LANGGRAPH_CLI_NO_ANALYTICS": "1", "APDMEM_STORE": str(memory_dir), **env})
     with log.open("w") as out:
         process = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config", "langgraph.json"],
@@ -181,14 +183,23 @@ def langgraph_server(tmp_path_factory, history):
         yield url
 
 
-def test_langgraph_dev_serves_the_graph(langgraph_server):
+def test_langgraph_dev_serves_the_graph_with_the_schemas_studio_reads(langgraph_server):
+    """What Studio does: fetch the schemas, fill in the form they describe (every context field at its default but
+    the user and the step budget), run."""
     client = get_sync_client(url=langgraph_server)
-    assert "apdmem" in {a["graph_id"] for a in client.assistants.search(graph_id="apdmem")}
-    out = client.runs.wait(None, "apdmem", input={"question": QUESTION, "question_date": QUESTION_DATE},
-                           context={"user_id": "alice", "tmax": 4})
+    (assistant,) = [a for a in client.assistants.search(graph_id="apdmem") if a["name"] == "apdmem"]
+    schemas = client.assistants.get_schemas(assistant["assistant_id"])
+    inputs, outputs, context = schemas["input_schema"], schemas["output_schema"], schemas["context_schema"]
+    assert set(inputs["properties"]) == {"question", "question_date"}
+    assert {"answer", "evidence", "opened", "drills", "step"} <= set(outputs["properties"])
+    assert set(context["properties"]) == {f.name for f in fields(Context)}  # no Python-only field in the form
+    form = {name: schema["default"] for name, schema in context["properties"].items()}
+    assert all(type(value).__name__ in ("str", "int", "bool") for value in form.values())
+    form.update(user_id="alice", tmax=4)
+    out = client.runs.wait(None, assistant["assistant_id"], input={"question": QUESTION, "question_date": QUESTION_DATE}, context=form)
     assert isinstance(out["answer"], str) and out["answer"].strip()
     assert "s-dog" in out["opened"] and out["step"] <= 4
-    assert set(out) <= {"answer", "answer_mode", "notes", "draft", "evidence", "opened", "drills", "step", "stop_reason", "usage"}
+    assert set(out) <= set(outputs["properties"]) and "answer_mode" in outputs["properties"]
     assert out["answer_mode"] == "extractive"  # the server's default chat model, "local": no generative model
 
 
@@ -246,15 +257,13 @@ def test_a_run_context_cannot_move_the_store_or_the_model_endpoint(secured_serve
         listener.listen()
         listener.settimeout(0.5)
         bait = {"memory_dir": str(elsewhere), "store": str(elsewhere), "base_url": f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
-                "controller_model": "openai:gpt-4.1", "embeddings": "openai:text-embedding-3-small"}
+                "controller_model": "openai:gpt-4.1", "embeddings": "openai:text-embedding-3-small",
+                "settings": {"store": str(elsewhere)}, "memory": {"store": str(elsewhere)}}
         out = client_of(url, "alice").runs.wait(None, "apdmem", input={"question": QUESTION, "question_date": QUESTION_DATE},
                                                 context={**QUICK, **bait})
         with pytest.raises(socket.timeout):
             listener.accept()  # nobody called
     assert "s-dog" in sessions_read(out)  # the server's own store, the server's own models
-    assert not elsewhere.exists()
-    with pytest.raises(Exception, match="'settings' must be a Settings object"):
-        client_of(url, "alice").runs.wait(None, "apdmem", input={"question": QUESTION}, context={"settings": {"store": str(elsewhere)}})
     assert not elsewhere.exists()
 
 

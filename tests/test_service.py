@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from apdmem import Context, Settings, build_graph
 from apdmem.errors import InputError, UnknownSessionError
-from apdmem.graph.service import forget_graph, remember_graph, sessions_graph
+from apdmem.graph.service import SERVICE_GRAPHS, build_service_graph
 from apdmem.memory.store import memory_store
 from apdmem.tools import make_memory_tools
 from apdmem.tools.capture import MemoryCapture, conversation, make_remember_tool, save_conversation
@@ -40,28 +40,29 @@ def snapshot(memory) -> dict:
 
 @pytest.fixture
 def served(make_memory):
-    """(memory, context): an empty raw-mode memory with a scripted chat model, as the graphs' run context."""
+    """(memory, context, graphs): an empty raw-mode memory with a scripted chat model, a run context, and the
+    remember / forget / sessions graphs bound to that memory."""
     memory = make_memory(chat_model=ScriptedChatModel())
-    return memory, Context(user_id="alice", memory=memory)
+    return memory, Context(user_id="alice"), {name: build_service_graph(name, memory=memory) for name in SERVICE_GRAPHS}
 
 
 # --- the graphs --------------------------------------------------------------------------------------------
 
 
 def test_remember_sessions_and_forget_through_the_graphs(served, history):
-    memory, context = served
-    out = remember_graph.invoke({"sessions": [record(s) for s in history[:3]]}, context=context)
+    memory, context, graphs = served
+    out = graphs["remember"].invoke({"sessions": [record(s) for s in history[:3]]}, context=context)
     assert out == {"added": ["s-hiking", "s-dog", "s-bread"], "updated": [], "unchanged": [], "turns": 18, "units": 6}
-    listed = sessions_graph.invoke({}, context=context)["sessions"]
+    listed = graphs["sessions"].invoke({}, context=context)["sessions"]
     assert listed == [{"session_id": s.session_id, "date": s.date.isoformat(), "turns": 6} for s in history[:3]]
-    assert remember_graph.invoke({"sessions": [record(history[0])]}, context=context)["unchanged"] == ["s-hiking"]
+    assert graphs["remember"].invoke({"sessions": [record(history[0])]}, context=context)["unchanged"] == ["s-hiking"]
 
     one = {"session_id": "chat-1", "messages": [{"role": "user", "content": "My cat is called Miso."},
                                                  {"role": "ai", "content": "Cute name!"}]}
-    assert remember_graph.invoke(one, context=context)["added"] == ["chat-1"]
+    assert graphs["remember"].invoke(one, context=context)["added"] == ["chat-1"]
     assert memory.search("What is my cat called?", k=1)[0].metadata["session_id"] == "chat-1"
 
-    assert forget_graph.invoke({"session_ids": ["s-dog", "chat-1"]}, context=context) == {"forgotten": ["s-dog", "chat-1"]}
+    assert graphs["forget"].invoke({"session_ids": ["s-dog", "chat-1"]}, context=context) == {"forgotten": ["s-dog", "chat-1"]}
     assert memory.session_ids() == ["s-hiking", "s-bread"]
     assert not any("Biscuit" in (v or b"").decode(errors="replace") or "Miso" in (v or b"").decode(errors="replace")
                    for v in snapshot(memory).values())
@@ -81,34 +82,34 @@ def test_remember_sessions_and_forget_through_the_graphs(served, history):
     ({"session_id": "s-dog", "messages": [{"role": "user", "content": "hi"}], "date": "someday"}, "unrecognized date 'someday'"),
 ])
 def test_bad_remember_input_fails_in_one_line_and_changes_nothing(served, history, bad, message):
-    memory, context = served
+    memory, context, graphs = served
     memory.ingest(history[:2])
     before = snapshot(memory)
     with pytest.raises(InputError, match=message) as failed:
-        remember_graph.invoke(bad, context=context)
+        graphs["remember"].invoke(bad, context=context)
     assert "\n" not in str(failed.value)
     assert snapshot(memory) == before
 
 
 def test_forget_with_an_unknown_id_forgets_nothing(served, history):
-    memory, context = served
+    memory, context, graphs = served
     memory.ingest(history[:2])
     before = snapshot(memory)
     with pytest.raises(UnknownSessionError, match="no session 's-nope'"):
-        forget_graph.invoke({"session_ids": ["s-dog", "s-nope"]}, context=context)
+        graphs["forget"].invoke({"session_ids": ["s-dog", "s-nope"]}, context=context)
     for bad in ({}, {"session_ids": []}, {"session_ids": "s-dog"}, {"session_ids": [3]}):
         with pytest.raises(InputError, match="'session_ids' must be a non-empty list"):
-            forget_graph.invoke(bad, context=context)
+            graphs["forget"].invoke(bad, context=context)
     assert snapshot(memory) == before
 
 
 def test_an_extended_session_keeps_the_l2_notes_of_its_unchanged_turns(served):
-    memory, context = served
+    memory, context, graphs = served
     model = memory.chat_model
     texts = HISTORY["s-dog"][1]
     first = {"session_id": "s-dog", "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t}
                                                  for i, t in enumerate(texts[:4])]}
-    remember_graph.invoke(first, context=context)
+    graphs["remember"].invoke(first, context=context)
     date = memory.session("s-dog").date  # no date given: dated now
     memory.notes("s-dog")
     memory.facts("s-dog")
@@ -120,7 +121,7 @@ def test_an_extended_session_keeps_the_l2_notes_of_its_unchanged_turns(served):
 
     more = [{"role": "user", "content": "Biscuit graduated from puppy school at the Pawsitive Academy."},
             {"role": "assistant", "content": "Well done, Biscuit!"}]
-    out = remember_graph.invoke({**first, "messages": first["messages"] + more}, context=context)
+    out = graphs["remember"].invoke({**first, "messages": first["messages"] + more}, context=context)
     assert out["updated"] == ["s-dog"] and out["turns"] == 6
     assert memory.session("s-dog").date == date  # the stored date is kept
     assert sorted(memory.notes("s-dog")) == list(range(6))
@@ -132,11 +133,11 @@ def test_an_extended_session_keeps_the_l2_notes_of_its_unchanged_turns(served):
     # A corrected turn loses its notes, the others keep theirs; another date invalidates them all.
     corrected = first["messages"] + more
     corrected[2] = {"role": "user", "content": "She's eleven weeks old."}
-    remember_graph.invoke({**first, "messages": corrected}, context=context)
+    graphs["remember"].invoke({**first, "messages": corrected}, context=context)
     asked = len(model.prompts_of("EvidenceNotes"))
     memory.notes("s-dog")
     assert turns_asked(asked) == {3}
-    remember_graph.invoke({**first, "messages": corrected, "date": "2024-03-11T08:00"}, context=context)
+    graphs["remember"].invoke({**first, "messages": corrected, "date": "2024-03-11T08:00"}, context=context)
     asked = len(model.prompts_of("EvidenceNotes"))
     memory.notes("s-dog")
     assert turns_asked(asked) == {1, 2, 3, 4, 5, 6}
@@ -194,9 +195,9 @@ def test_async_methods_leave_the_event_loop_free(make_memory, history, monkeypat
     asyncio.run(memory.aforget("s-extra-0"))
     assert "chat-1" in asyncio.run(memory.asession_ids()) and "s-extra-0" not in memory.session_ids()
 
-    context = Context(memory=memory, settings=Settings(chat_model=ScriptedChatModel()), **QUICK)
+    graph = build_graph(settings=Settings(chat_model=ScriptedChatModel()), memory=memory)
     inputs = {"question": "What is my dog's name?", "question_date": "2024/06/01 (Sat) 10:00"}
-    ticks, out = ticks_during(lambda: build_graph().ainvoke(inputs, context=context))
+    ticks, out = ticks_during(lambda: graph.ainvoke(inputs, context=Context(**QUICK)))
     assert out["answer"] == "scripted answer" and "s-dog" in out["opened"] and ticks >= 1
 
 
@@ -275,11 +276,12 @@ def test_the_remember_fact_tool_returns_what_went_wrong(make_memory):
 def test_without_server_auth_the_run_context_names_the_user(tmp_path, history, monkeypatch):
     clean_environment(monkeypatch)
     settings = Settings(store=str(tmp_path / "mem"))
-    remember_graph.invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob", settings=settings))
-    assert sessions_graph.invoke({}, context=Context(user_id="bob", settings=settings))["sessions"][0]["session_id"] == "s-hiking"
-    assert sessions_graph.invoke({}, context=Context(user_id="alice", settings=settings)) == {"sessions": []}
+    graphs = {name: build_service_graph(name, settings=settings) for name in SERVICE_GRAPHS}
+    graphs["remember"].invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob"))
+    assert graphs["sessions"].invoke({}, context=Context(user_id="bob"))["sessions"][0]["session_id"] == "s-hiking"
+    assert graphs["sessions"].invoke({}, context=Context(user_id="alice")) == {"sessions": []}
     with pytest.raises(UnknownSessionError):
-        forget_graph.invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice", settings=settings))
+        graphs["forget"].invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice"))
     assert settings.open_memory("bob").session_ids() == ["s-hiking"]
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from apdmem.errors import InvalidIdError
 from apdmem.memory import Memory
-from apdmem.memory.store import AtomicFileStore, UserStore, memory_store, open_store, session_key
+from apdmem.memory.backends import open_store
+from apdmem.memory.store import AtomicFileStore, UserStore, memory_store, session_key
 
 
 @pytest.fixture(params=["files", "memory"])
@@ -128,7 +129,7 @@ def test_a_failed_write_keeps_the_old_value(tmp_path, monkeypatch):
     store = open_store(tmp_path)
     store.mset([("k", b"old")])
 
-    def crash(src, dst):
+    def crash(src, dst, **where):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", crash)

@@ -3,9 +3,14 @@
 import pytest
 from conftest import HISTORY, make_session
 from graph_helpers import ScriptedChatModel
+from langchain.agents import create_agent
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
 from apdmem.memory.layers import TURN_CHARS
-from apdmem.tools import MAX_RAW_TURNS, _turns, make_memory_tools, read_raw
+from apdmem.tools import LISTED_SESSIONS, MAX_RAW_TURNS, make_memory_tools, parse_turns, read_raw
 
 
 @pytest.fixture
@@ -70,14 +75,93 @@ def test_read_raw_bounds(make_memory):
     (None, None),
 ])
 def test_turn_ranges_are_one_based(text, expected):
-    assert _turns(text) == expected
+    assert parse_turns(text) == expected
 
 
-def test_bad_turn_range_is_an_error():
-    with pytest.raises(ValueError):
-        _turns("first")
+@pytest.mark.parametrize("text", ["first", "0", "7-5", "3-", "-2", "1,,2", "2.5"])
+def test_a_malformed_turn_list_is_an_error_saying_what_is_expected(text):
+    with pytest.raises(ValueError, match="like '3,5-7'"):
+        parse_turns(text)
 
 
 def test_search_memory_on_an_empty_memory(make_memory):
     (search,) = [t for t in make_memory_tools(make_memory("nobody")) if t.name == "search_memory"]
-    assert search.invoke({"query": "anything"}) == "no sessions found"
+    assert search.invoke({"query": "anything"}) == "This memory holds no sessions yet: there is nothing to search."
+
+
+# --- bad arguments inside an agent: a message the model can act on, never an exception -------------------------------
+
+
+class ToolCallingModel(BaseChatModel):
+    """A scripted tool-calling model, for routing tests: replies with the messages of `script` in order, then
+    "done"; `seen` keeps what it was sent each time. (LangChain's fake chat models cannot bind tools.)"""
+
+    script: list[AIMessage] = Field(default_factory=list)
+    seen: list[list] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-tool-calls"
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        self.seen.append(list(messages))
+        reply = self.script.pop(0) if self.script else AIMessage(content="done")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+SESSIONS = ", ".join(HISTORY)  # the ids, oldest first, as the tools list them
+# (tool, arguments, what the reply must name): an unknown session, malformed turns, turns outside the session
+BAD_CALLS = [
+    ("read_facts", {"session_id": "s99"}, f"The sessions you may read are: {SESSIONS}."),
+    ("read_notes", {"session_id": "s99", "turns": "1"}, f"The sessions you may read are: {SESSIONS}."),
+    ("read_raw", {"session_id": "s99"}, f"The sessions you may read are: {SESSIONS}."),
+    ("read_raw", {"session_id": "../s-dog"}, f"The sessions you may read are: {SESSIONS}."),
+    ("read_notes", {"session_id": "s-dog", "turns": "first"}, "Turns must be 1-based numbers and ranges like '3,5-7', not 'first'; session 's-dog' has turns 1-6"),
+    ("read_raw", {"session_id": "s-dog", "turns": "first"}, "Turns must be 1-based numbers and ranges like '3,5-7', not 'first'; session 's-dog' has turns 1-6"),
+    ("read_notes", {"session_id": "s-dog", "turns": "9"}, "Turns '9' are outside the session: session 's-dog' has turns 1-6."),
+    ("read_raw", {"session_id": "s-dog", "turns": "9"}, "Turns '9' are outside the session: session 's-dog' has turns 1-6."),
+    ("search_memory", {"query": "  "}, "The query is empty"),
+    ("search_memory", {"query": "my dog", "k": 0}, "k must be between 1 and 50"),
+]
+
+
+def test_bad_arguments_come_back_to_the_agent_as_messages_naming_what_is_valid(tools):
+    calls = [{"name": name, "args": args, "id": f"call-{i}", "type": "tool_call"} for i, (name, args, _) in enumerate(BAD_CALLS)]
+    model = ToolCallingModel(script=[AIMessage(content="", tool_calls=calls)])
+    agent = create_agent(model, list(tools.values()))
+    out = agent.invoke({"messages": [HumanMessage("What did I name my dog?")]})
+    assert out["messages"][-1].content == "done"  # the loop went on to the model's next turn and finished
+    replies = {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    for i, (name, args, expected) in enumerate(BAD_CALLS):
+        assert expected in replies[f"call-{i}"].content, (name, args, replies[f"call-{i}"].content)
+        assert replies[f"call-{i}"].status == "error"
+    assert len(model.seen) == 2 and sum(isinstance(m, ToolMessage) for m in model.seen[1]) == len(BAD_CALLS)
+
+
+def test_turns_partly_outside_a_session_are_read_and_the_rest_named(tools):
+    text = tools["read_raw"].invoke({"session_id": "s-dog", "turns": "5-9"})
+    lines = text.splitlines()
+    assert [line.split("]")[0][-6:] for line in lines[:2]] == ["turn 5", "turn 6"]
+    assert lines[2] == "(turns 7-9 are outside the session: session 's-dog' has turns 1-6.)"
+    notes = tools["read_notes"].invoke({"session_id": "s-dog", "turns": "6,8"})
+    assert notes.splitlines()[-1] == "(turn 8 is outside the session: session 's-dog' has turns 1-6.)"
+
+
+def test_a_long_read_says_which_turns_to_ask_for_next(make_memory):
+    memory = make_memory()
+    memory.ingest([make_session("s-long", "2024-06-01T08:00", [f"message {i}" for i in range(1, 31)])])
+    (raw,) = [t for t in make_memory_tools(memory) if t.name == "read_raw"]
+    lines = raw.invoke({"session_id": "s-long"}).splitlines()
+    assert len(lines) == MAX_RAW_TURNS + 1
+    assert lines[-1] == f"(showing {MAX_RAW_TURNS} of the 30 turns asked for; session 's-long' has turns 1-30: ask for turns 13-30 next.)"
+
+
+def test_an_unknown_session_in_a_large_memory_points_to_search(make_memory):
+    memory = make_memory()
+    memory.ingest([make_session(f"s{n:02}", f"2024-01-{n + 1:02}T08:00", [f"day {n}", "ok"]) for n in range(LISTED_SESSIONS + 1)])
+    (facts,) = [t for t in make_memory_tools(memory) if t.name == "read_facts"]
+    assert facts.invoke({"session_id": "s99"}) == (f"There is no session 's99'. This memory holds {LISTED_SESSIONS + 1} sessions: "
+                                                    "find the ones you need with search_memory, which names each session's id.")

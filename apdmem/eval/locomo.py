@@ -180,7 +180,8 @@ def run(
             raise ConfigError(f"{results_path} holds results of another file (sample {sample.sample_id!r}, question "
                               f"{i} differs); use another output directory")
 
-    graph = None
+    deployment = Settings(chat_model=chat_model, controller_model=controller_model, generator_model=generator_model,
+                          embeddings=embeddings, base_url=base_url)
     bar = tqdm(total=len(selected), desc="locomo", unit="question", disable=not progress)
     bar.update(sum(_key(s, i) in done for s, i in selected))
     with results_path.open("a", encoding="utf-8") as results:
@@ -192,14 +193,10 @@ def run(
                             embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
             memory.ingest(sample.sessions, progress=progress)  # a no-op for sessions stored by an earlier run
             question_date = max(s.date for s in sample.sessions).isoformat()
-            if graph is None:  # built only when there is a question to ask
-                graph = build_graph()
+            graph = build_graph(settings=deployment, memory=memory)
             for i in todo:
-                options = dict(user_id=sample.sample_id, memory=memory, tmax=tmax,
-                               settings=Settings(chat_model=chat_model, controller_model=controller_model,
-                                                 generator_model=generator_model, embeddings=embeddings, base_url=base_url))
-                context = Context(**{**options, **(context_overrides or {})})
-                record = _answer(graph, context, sample, i, question_date)
+                context = Context(**{"user_id": sample.sample_id, "tmax": tmax, **(context_overrides or {})})
+                record = _answer(graph, memory, context, sample, i, question_date)
                 results.write(json.dumps(record, ensure_ascii=False) + "\n")
                 results.flush()
                 done[_key(sample, i)] = record
@@ -218,14 +215,14 @@ def _key(sample, index: int) -> tuple[str, int]:
     return sample.sample_id, index
 
 
-def _answer(graph, context: Context, sample, index: int, question_date: str) -> dict:
+def _answer(graph, memory: Memory, context: Context, sample, index: int, question_date: str) -> dict:
     """Ask one question through the graph and score the reply."""
     q = sample.questions[index]
     started = time.perf_counter()
     final = graph.invoke({"question": q.question, "question_date": question_date}, context=context)
     latency = time.perf_counter() - started
     prediction = final.get("answer", "")
-    disclosed = disclosed_dia_ids(final.get("evidence", []), context.memory)
+    disclosed = disclosed_dia_ids(final.get("evidence", []), memory)
     return {
         "sample_id": sample.sample_id,
         "index": index,
@@ -325,7 +322,7 @@ def cmd_locomo(args) -> None:
     overrides = {"top_k": args.top_k} if getattr(args, "top_k", None) is not None else {}
     report = run(args.file, limit=args.limit, chat_model=args.chat_model, controller_model=args.controller_model,
                  generator_model=args.generator_model, embeddings=args.embeddings,
-                 base_url=args.base_url, l0_mode=args.l0_mode or os.environ.get("APDMEM_L0_MODE", "auto"),
+                 base_url=args.base_url, l0_mode=args.l0_mode,
                  tmax=args.tmax, output_dir=args.output_dir, memory_dir=args.store, context_overrides=overrides)
     print(format_report(report))
     print(f"results: {Path(args.output_dir) / 'results.jsonl'}; report: {Path(args.output_dir) / 'report.md'}")

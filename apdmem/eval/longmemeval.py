@@ -74,7 +74,8 @@ class EvalSettings:
         self.l0_mode = self.overrides.pop("l0_mode", self.l0_mode)
         model = self.chat_model if self.l0_mode != "raw" else ""
         self.cache = Path(self.cache) / _slug(f"{self.l0_mode}-{model}-{self.embeddings}")
-        self.graph = build_graph()
+        self.deployment = Settings(chat_model=self.chat_model, controller_model=self.controller_model,
+                                   generator_model=self.generator_model, embeddings=self.embeddings, base_url=self.base_url)
         self.judge = get_chat_model(self.judge_model or self.chat_model, self.base_url)
 
 
@@ -88,13 +89,12 @@ def answer_item(item, settings: EvalSettings) -> dict:
     if settings.eager_l1:
         memory.build_facts()
     ingest_s = time.perf_counter() - started
-    deployment = Settings(chat_model=settings.chat_model, controller_model=settings.controller_model,
-                          generator_model=settings.generator_model, embeddings=settings.embeddings, base_url=settings.base_url)
-    context = Context(memory=memory, settings=deployment, user_id=item.question_id, tmax=settings.tmax, top_k=settings.top_k,
-                      drill_width=settings.drill_width, **settings.overrides)
+    graph = build_graph(settings=settings.deployment, memory=memory)
+    context = Context(user_id=item.question_id, tmax=settings.tmax, top_k=settings.top_k, drill_width=settings.drill_width,
+                      **settings.overrides)
     inputs = {"question": item.question, "question_date": item.question_date.isoformat()}
     started = time.perf_counter()
-    final = disclose(settings.graph, inputs, context) if settings.disclosure_only else settings.graph.invoke(inputs, context=context)
+    final = disclose(graph, inputs, context) if settings.disclosure_only else graph.invoke(inputs, context=context)
     latency = time.perf_counter() - started
     judge_usage, verdict, reply = Usage(), None, final.get("answer", "")
     if not settings.disclosure_only:

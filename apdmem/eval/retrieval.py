@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from apdmem.eval.metrics import mean, ndcg_any, percentile, recall_all, recall_any, turn_recall
 from apdmem.memory import Memory, Session
 from apdmem.memory.loaders import _parse, _in_file
-from apdmem.memory.store import open_store
+from apdmem.memory.backends import open_store
 from apdmem.nodes.dates import resolve_relative_dates
 
 CUTOFFS = {"recall_any": (1, 3, 5, 10), "recall_all": (5, 10), "ndcg_any": (5, 10), "turn_recall": (5, 10)}
@@ -129,12 +129,13 @@ def summarize(records: list[dict]) -> dict:
     return {"overall": means(records), "by_type": {t: {"n": len(rs), **means(rs)} for t, rs in sorted(by_type.items())}}
 
 
-def run(dataset: str, *, l0_mode: str = "raw", chat_model: str = "local", embeddings: str = "local",
+def run(dataset: str, *, l0_mode: str = "raw", chat_model: str = "local", embeddings: str = "local", base_url: str | None = None,
         limit: int | None = None, output: str | None = None, progress: bool = True, dates: bool = True) -> dict:
     """Run the benchmark and return (and optionally write) the JSON report."""
     kind, conversations, cases = load_cases(dataset, limit)
     with tempfile.TemporaryDirectory(prefix="apdmem-bench-") as directory:
-        memories, figures = ingest(conversations, directory, progress=progress, l0_mode=l0_mode, chat_model=chat_model, embeddings=embeddings)
+        memories, figures = ingest(conversations, directory, progress=progress, l0_mode=l0_mode, chat_model=chat_model, embeddings=embeddings,
+                                     base_url=base_url)
         # Searches run after all ingestion, so that the disk writeback of the last ingest is not timed as search.
         records, latencies = search(memories, cases, dates=dates, progress=progress)
     result = {

@@ -2,8 +2,9 @@
 `apdmem`, so that a client of LangGraph Server (or an MCP client of its ``/mcp`` endpoint) can write to a
 user's memory, not only ask it.
 
-Each graph is one node. It acts on the run's user exactly as the controller does (`open_memory(runtime)`:
-with server auth on, the token's user, and a context naming another user fails the run), checks its whole
+Each graph is one node, bound like the controller (`build_service_graph(name, settings=..., memory=...)`, as
+`build_graph`). It acts on the run's user exactly as the controller does (`open_memory`: with server auth on,
+the token's user, and a context naming another user fails the run), checks its whole
 input before it changes anything, and fails the run with a one-line message on bad input. They need no
 thread: a client may wait for them, start them in the background, or schedule them.
 
@@ -14,6 +15,7 @@ thread: a client may wait for them, start them in the background, or schedule th
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from langgraph.graph import END, START, StateGraph
@@ -26,6 +28,7 @@ from apdmem.graph.context import Context
 from apdmem.memory.loaders import parse_sessions
 from apdmem.memory.records import check_id
 from apdmem.nodes.common import open_memory
+from apdmem.settings import Settings
 
 
 def _doc(text: str):
@@ -74,9 +77,9 @@ class RememberState(RememberInput, RememberOutput, total=False):
     pass
 
 
-def remember(state: RememberState, runtime: Runtime[Context]) -> RememberOutput:
+def remember(state: RememberState, runtime: Runtime[Context], *, settings: Settings, memory=None) -> RememberOutput:
     """Store the conversations of the input in the run's user's memory (all of them or, on bad input, none)."""
-    memory = open_memory(runtime)
+    memory = open_memory(runtime, settings, memory)
     if state.get("sessions") is not None:
         if any(state.get(key) is not None for key in ("messages", "session_id", "date")):
             raise InputError("give either 'sessions' or 'messages' with 'session_id', not both")
@@ -112,9 +115,9 @@ class ForgetState(ForgetInput, ForgetOutput, total=False):
     pass
 
 
-def forget(state: ForgetState, runtime: Runtime[Context]) -> ForgetOutput:
+def forget(state: ForgetState, runtime: Runtime[Context], *, settings: Settings, memory=None) -> ForgetOutput:
     """Remove the listed sessions from the run's user's memory; if one of them is not there, none is removed."""
-    memory = open_memory(runtime)
+    memory = open_memory(runtime, settings, memory)
     ids = state.get("session_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
         raise InputError("'session_ids' must be a non-empty list of session ids", source="session_ids")
@@ -151,9 +154,9 @@ class SessionsState(SessionsInput, SessionsOutput, total=False):
     pass
 
 
-def sessions(state: SessionsState, runtime: Runtime[Context]) -> SessionsOutput:
+def sessions(state: SessionsState, runtime: Runtime[Context], *, settings: Settings, memory=None) -> SessionsOutput:
     """The sessions stored in the run's user's memory, oldest first."""
-    memory = open_memory(runtime)
+    memory = open_memory(runtime, settings, memory)
     memory.refresh()
     listing = memory.manifest["sessions"]  # one generation's listing, whatever writers do meanwhile
     ordered = sorted(listing, key=lambda s: (listing[s]["date"], s))
@@ -164,14 +167,25 @@ def sessions(state: SessionsState, runtime: Runtime[Context]) -> SessionsOutput:
 # --- the graphs --------------------------------------------------------------------------------------------
 
 
-def _one_node_graph(node, state, input_schema, output_schema):
+SERVICE_GRAPHS = {  # name: (node, state, input schema, output schema)
+    "remember": (remember, RememberState, RememberInput, RememberOutput),
+    "forget": (forget, ForgetState, ForgetInput, ForgetOutput),
+    "sessions": (sessions, SessionsState, SessionsInput, SessionsOutput),
+}
+
+
+def build_service_graph(name: str, *, settings: Settings | None = None, memory=None):
+    """The one-node graph `name` ("remember", "forget" or "sessions"), bound to `settings` (default: from the
+    environment) and optionally to one open `memory`, as `build_graph` binds the controller."""
+    node, state, input_schema, output_schema = SERVICE_GRAPHS[name]
     builder = StateGraph(state, context_schema=Context, input_schema=input_schema, output_schema=output_schema)
-    builder.add_node(node)
-    builder.add_edge(START, node.__name__)
-    builder.add_edge(node.__name__, END)
-    return builder.compile(name=node.__name__)
+    builder.add_node(name, partial(node, settings=settings or Settings(), memory=memory))
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    return builder.compile(name=name)
 
 
-remember_graph = _one_node_graph(remember, RememberState, RememberInput, RememberOutput)
-forget_graph = _one_node_graph(forget, ForgetState, ForgetInput, ForgetOutput)
-sessions_graph = _one_node_graph(sessions, SessionsState, SessionsInput, SessionsOutput)
+# for langgraph.json: the server's settings come from its environment
+remember_graph = build_service_graph("remember")
+forget_graph = build_service_graph("forget")
+sessions_graph = build_service_graph("sessions")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import operator
 from typing import Annotated
 
+# Pydantic (which builds the JSON schemas LangGraph Studio shows) reads TypedDicts of `typing_extensions` only,
+# on Python < 3.12.
 from typing_extensions import TypedDict
 
 LAYER_DEPTH = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}

@@ -12,14 +12,14 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from apdmem import prompts
-from apdmem.memory.records import Session, Turn, Unit, Usage
+from apdmem.memory.records import ROLES, Session, Turn, Unit, Usage
 from apdmem.models import ask_structured
 
 LAYERS = ("L0", "L1", "L2", "L3")
@@ -323,3 +323,29 @@ def render_l3(session: Session, turns=None) -> str:
     for i in range(len(session.turns)) if turns is None else turns:
         parts.append(f"\n## Turn {i + 1} ({_speaker(session.turns[i])})\n{session.turns[i].content}\n")
     return "".join(parts)
+
+
+_L3_HEADING = re.compile(r"# L3 raw messages: session (?P<id>.+) \((?P<date>\d{4}-\d\d-\d\d \d\d:\d\d), \w+\)\n")
+_L3_TURN = re.compile(r"\n## Turn (\d+) \(([^\n]*)\)\n")
+
+
+def parse_l3(text: str) -> Session | None:
+    """The session an L3 page shows (its `render_l3`), or None when `text` is not one. What L3 does not show
+    is lost: turn ids and labels, the seconds of the date, and a role where a speaker's name replaced it."""
+    heading = _L3_HEADING.match(text)
+    if heading is None:
+        return None
+    parts = _L3_TURN.split(text[heading.end() :])
+    if parts[0] or len(parts) < 4:
+        return None
+    turns = []
+    for i in range(1, len(parts), 3):
+        number, speaker, content = int(parts[i]), parts[i + 1], parts[i + 2]
+        if number != len(turns) + 1 or not content.endswith("\n"):
+            return None
+        role = speaker if speaker in ROLES else "user"
+        turns.append(Turn(role, content[:-1], None if speaker in ROLES else speaker))
+    try:
+        return Session(heading["id"], datetime.strptime(heading["date"], "%Y-%m-%d %H:%M"), tuple(turns))
+    except ValueError:
+        return None

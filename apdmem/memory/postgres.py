@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from apdmem.errors import ConfigError
+from apdmem.errors import ConfigError, StoreError
 from apdmem.memory.store import MemoryStore
 
 _SCHEMA_LOCK = 0x617064_6D656D  # an advisory lock key for creating the table once when workers start together
@@ -97,9 +97,18 @@ class PostgresStore(MemoryStore):
 
     def namespaces(self, prefix: str) -> list[str]:
         table = LangchainKeyValueStores
-        with Session(self.engine) as session:
+        with self.refused(), Session(self.engine) as session:
             query = select(table.namespace).where(table.namespace.startswith(prefix, autoescape=True)).distinct()
             return sorted(session.scalars(query))
+
+    @contextmanager
+    def refused(self) -> Iterator[None]:
+        """A database error (no rights on the table, a read-only role, a lost server) as one StoreError: the
+        first line of the server's message, never the SQL or its parameters."""
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            raise StoreError(f"PostgreSQL at {self.url} refused: {_reason(exc)}") from None
 
 
 class _Namespace(SQLStore):
@@ -126,8 +135,20 @@ class _Namespace(SQLStore):
         query = select(table.key).where(table.namespace == self.namespace)
         if prefix:
             query = query.where(table.key.startswith(prefix, autoescape=True))
-        with self._make_sync_session() as session:
+        with self._owner.refused(), self._make_sync_session() as session:
             return iter(list(session.scalars(query.order_by(table.key))))
+
+    def mget(self, keys):
+        with self._owner.refused():
+            return super().mget(keys)
+
+    def mset(self, key_value_pairs):
+        with self._owner.refused():
+            super().mset(key_value_pairs)
+
+    def mdelete(self, keys):
+        with self._owner.refused():
+            super().mdelete(keys)
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -107,6 +107,11 @@ def as_date(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
 
 
+# Results a search returns unless told otherwise: `Memory.search`, its retriever, `apdmem search` and the
+# search_memory tool. (The controller's searches take `Context.top_k`, 20: the pool its disclosure policy reads.)
+SEARCH_K = 5
+
+
 def rank_sessions(
     index: UnitIndex,
     queries: list[str],
@@ -167,7 +172,8 @@ class HybridRetriever(BaseRetriever):
     """
 
     memory: Any
-    k: int = 10
+    k: int = SEARCH_K
+    min_score: float | None = None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self.memory.search(query, k=self.k)
+        return self.memory.search(query, k=self.k, min_score=self.min_score)

@@ -10,23 +10,23 @@ from a store is ever executed or unpickled, and no stored value names a file to 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
-import tempfile
+import stat
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from langchain_classic.storage import LocalFileStore
 from langchain_core.stores import BaseStore, InMemoryByteStore
 
-from apdmem.errors import ConfigError
+from apdmem.errors import StoreError
 from apdmem.memory.records import check_id
 
 MEMORY_DIR_ENV = "APDMEM_MEMORY_DIR"
@@ -59,6 +59,11 @@ class MemoryStore:
 
     def namespaces(self, prefix: str) -> list[str]:
         return sorted({prefix + k[len(prefix) :].split("/")[0] for k in self.yield_keys(prefix=prefix)})
+
+    def leftovers(self, prefix: str) -> list[str]:
+        """Names under `prefix` that hold no data but may need removing (temporary files of a killed write,
+        planted links); a store that has none returns []."""
+        return []
 
 
 class _Prefixed(BaseStore[str, bytes]):
@@ -100,69 +105,220 @@ class _ProcessLocks:
             lock.release()
 
 
-class AtomicFileStore(LocalFileStore, MemoryStore):
-    """A `LocalFileStore` whose writes replace each file atomically (a process killed mid-write leaves the old
-    value or the new one, never a torn file), with an OS file lock per namespace (``<namespace>/.lock``).
+class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
+    """Files under a root directory, one per key, whose writes replace each file atomically (a process killed
+    mid-write leaves the old value or the new one, never a torn file), with an OS file lock per namespace
+    (``<namespace>/.lock``).
 
-    Taking the lock also removes temporary files that killed writers left in the namespace: while it is held,
-    no other writer of that namespace can have one in flight.
+    Below the root, the store never follows a link: every folder and file is opened with ``O_NOFOLLOW``
+    relative to its parent folder, so a link planted in the store (to another user's files, or outside the
+    store) is never read, written through or deleted through. A link is not a key: reads see nothing there,
+    a write replaces the link itself, and `leftovers` names it so that the storage protocol removes it.
     """
 
     def __init__(self, root_path: str | os.PathLike) -> None:
-        super().__init__(root_path)
+        self.root_path = Path(root_path)
         self._threads = _ProcessLocks()  # flock is per open file; this also orders this process's own threads
+
+    # --- walking folders without following links -----------------------------------------------------------
+
+    @staticmethod
+    def _parts(key: str) -> list[str]:
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") or "\x00" in p for p in parts):
+            raise ValueError(f"invalid store key {key!r}")
+        return parts
+
+    @contextmanager
+    def _folder(self, parts: Sequence[str], *, create: bool = False) -> Iterator[int | None]:
+        """A descriptor of the folder `parts` below the root (None when it is missing, or is not a real folder
+        when reading). Creating, a link in the way is replaced by a folder."""
+        opened: list[int] = []
+        try:
+            try:
+                opened.append(os.open(self.root_path, os.O_RDONLY | os.O_DIRECTORY))
+            except FileNotFoundError:
+                if not create:
+                    yield None
+                    return
+                self.root_path.mkdir(parents=True, exist_ok=True)
+                opened.append(os.open(self.root_path, os.O_RDONLY | os.O_DIRECTORY))
+            for part in parts:
+                fd = _open_folder(part, opened[-1], create)
+                if fd is None:
+                    yield None
+                    return
+                opened.append(fd)
+            yield opened[-1]
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    # --- the byte store -----------------------------------------------------------------------------------
+
+    def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        values = []
+        for key in keys:
+            *folder, name = self._parts(key)
+            with self._folder(folder) as fd:
+                values.append(None if fd is None else _read_file(name, fd))
+        return values
 
     def mset(self, key_value_pairs: Sequence[tuple[str, bytes]]) -> None:
         for key, value in key_value_pairs:
-            path = self._get_full_path(key)
-            self._mkdir_for_store(path.parent)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(value)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            *folder, name = self._parts(key)
+            with _refused(self.root_path), self._folder(folder, create=True) as fd:
+                tmp = TEMPORARY_PREFIX + os.urandom(6).hex()
+                handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+                try:
+                    with os.fdopen(handle, "wb") as out:
+                        out.write(value)
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # a link named `name` is replaced, not followed
+                except BaseException:
+                    with suppress(OSError):
+                        os.unlink(tmp, dir_fd=fd)
+                    raise
 
     def mdelete(self, keys: Sequence[str]) -> None:
-        super().mdelete(keys)
-        for key in keys:  # folders left empty (a forgotten session's) go too
-            folder = self._get_full_path(key).parent
-            while folder != self.root_path and folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-                folder = folder.parent
+        for key in keys:
+            parts = self._parts(key)
+            with self._folder(parts[:-1]) as fd:
+                if fd is None:
+                    continue
+                with suppress(FileNotFoundError), _refused(self.root_path):
+                    os.unlink(parts[-1], dir_fd=fd)  # a link is removed itself, never its target
+            for depth in range(len(parts) - 1, 0, -1):  # folders left empty (a forgotten session's) go too
+                with self._folder(parts[:depth]) as fd:
+                    if fd is None or os.listdir(fd):
+                        break
+                with self._folder(parts[: depth - 1]) as parent:
+                    try:
+                        if parent is None:
+                            break
+                        os.rmdir(parts[depth - 1], dir_fd=parent)
+                    except OSError:
+                        break
 
     def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
-        # Temporary files of an interrupted write and lock files are not keys.
-        return (k for k in super().yield_keys(prefix=prefix) if not Path(k).name.startswith("."))
+        # Temporary files of an interrupted write, lock files and links are not keys.
+        return iter([k for k, kind in self._walk(prefix or "") if kind == "file"])
+
+    def leftovers(self, prefix: str) -> list[str]:
+        """Names under `prefix` that are not data: temporary files of a killed write, links, other special files."""
+        return [k for k, kind in self._walk(prefix) if kind != "file"]
+
+    def _walk(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, kind) of every entry under `prefix` ("file", "temporary" or "link"), links never entered."""
+        head, _, rest = prefix.rpartition("/")
+        folder = self._parts(head) if head else []
+        found: list[tuple[str, str]] = []
+        with self._folder(folder) as fd:
+            if fd is not None:
+                _walk_folder(fd, (head + "/") if head else "", rest, found)
+        return sorted(found)
+
+    # --- writers --------------------------------------------------------------------------------------------
 
     @contextmanager
     def writer(self, namespace: str, *, wait: bool = True) -> Iterator[bool]:
-        folder = self._get_full_path(namespace)
         with self._threads.hold(namespace, wait) as held:
             if not held:
                 yield False
                 return
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / LOCK_NAME, "a+b") as handle:
+            with _refused(self.root_path), self._folder(self._parts(namespace), create=True) as fd:
+                handle = _open_lock(fd)
+            with os.fdopen(handle, "a+b") as lock:
                 try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
                 except BlockingIOError:
                     yield False
                     return
                 try:
-                    stale = list(folder.rglob(TEMPORARY_PREFIX + "*"))
-                    for path in stale:
-                        path.unlink(missing_ok=True)
-                    if stale:
-                        log.warning("apdmem: removed %d temporary file(s) left in %s by an interrupted write",
-                                    len(stale), namespace)
                     yield True
                 finally:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _open_lock(folder: int) -> int:
+    """The lock file of a namespace, opened without following a link (a planted one is removed, not followed)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        return os.open(LOCK_NAME, flags, 0o600, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    log.warning("apdmem: removed a link planted in the store where a lock file belongs")
+    os.unlink(LOCK_NAME, dir_fd=folder)
+    return os.open(LOCK_NAME, flags | os.O_EXCL, 0o600, dir_fd=folder)
+
+
+def _open_folder(name: str, parent: int, create: bool) -> int | None:
+    """A descriptor of the folder `name` in `parent`, never through a link; None when there is no such folder
+    (reading). Creating, a link in the way is removed (the link itself, not its target) and a folder made."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            return None
+    except OSError:  # a link (ELOOP) or a file (ENOTDIR)
+        if not create:
+            return None
+        if not stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise
+        log.warning("apdmem: removed a link planted in the store where a folder belongs: %s", name)
+        os.unlink(name, dir_fd=parent)
+    with suppress(FileExistsError):
+        os.mkdir(name, dir_fd=parent)
+    return os.open(name, flags, dir_fd=parent)
+
+
+@contextmanager
+def _refused(root: Path) -> Iterator[None]:
+    """A write the file system refuses (read-only, immutable, no rights) as one StoreError."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise StoreError(f"cannot write in the memory directory {str(root)!r}: {exc.strerror or exc}") from None
+
+
+def _read_file(name: str, folder: int) -> bytes | None:
+    """The content of the regular file `name` in `folder`; None for a missing file, a link or anything else."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError:  # missing, a link (ELOOP), a folder
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read()
+
+
+def _walk_folder(fd: int, path: str, start: str, found: list[tuple[str, str]]) -> None:
+    for entry in os.scandir(fd):
+        if (start and not entry.name.startswith(start)) or entry.name == LOCK_NAME:
+            continue  # a lock file holds nothing (a link there is replaced by the writer that takes the lock)
+        key = path + entry.name
+        if entry.is_symlink():
+            found.append((key, "link"))
+        elif entry.is_dir(follow_symlinks=False):
+            child = _open_folder(entry.name, fd, False)
+            if child is not None:
+                try:
+                    _walk_folder(child, key + "/", "", found)
+                finally:
+                    os.close(child)
+        elif entry.name.startswith(TEMPORARY_PREFIX):
+            found.append((key, "temporary"))
+        elif entry.is_file(follow_symlinks=False):
+            if not entry.name.startswith("."):
+                found.append((key, "file"))
+        else:
+            found.append((key, "special"))
 
 
 class InMemoryStore(InMemoryByteStore, MemoryStore):
@@ -186,30 +342,6 @@ class LockedStore(MemoryStore):
 
     def writer(self, namespace: str, *, wait: bool = True):
         return self._writers.hold(namespace, wait)
-
-
-def open_store(location: str | os.PathLike | BaseStore | None = None) -> MemoryStore:
-    """The store at `location`: ``postgresql://user:password@host:port/database``; a directory (or a
-    ``file://`` URL) of atomic files, by default the memory directory; or a store object, used as it is
-    (a LangChain byte store gets process-local writer locks). A PostgreSQL store (its connection pool) is
-    shared within the process."""
-    if isinstance(location, MemoryStore):
-        return location
-    if isinstance(location, BaseStore):
-        return LockedStore(location)
-    text = str(location) if location is not None else ""
-    if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        from apdmem.memory.postgres import open_postgres
-
-        return open_postgres(text)
-    root = Path(text.removeprefix("file://")) if text else default_memory_dir()
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"memory directory {str(root)!r} is a file, not a directory")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create memory directory {str(root)!r}: {exc.strerror or exc}") from None
-    return AtomicFileStore(root)
 
 
 def memory_store() -> InMemoryStore:
@@ -262,6 +394,10 @@ class UserStore:
 
     def keys(self, prefix: str = "") -> list[str]:
         return list(self._kv.yield_keys(prefix=prefix))
+
+    def leftovers(self, prefix: str = "") -> list[str]:
+        """Temporary files and planted links under `prefix` (keys relative to the user's namespace)."""
+        return [k[len(self.root) + 1 :] for k in self._store.leftovers(f"{self.root}/{prefix}")]
 
     def get_json(self, key: str, default=None):
         raw = self.get(key)

@@ -17,15 +17,15 @@ from apdmem.nodes.notes import generate
 
 NOT_FOUND = "I don't have that information from our past conversations."
 QUOTED = "From your conversations (quoted, no model wrote this):"
-UNCLEAR = "Nothing in our past conversations clearly answers this; the closest (quoted, no model wrote this):"
+UNCLEAR = "The closest I found in your conversations (quoted, no model wrote this; it may not answer the question):"
 QUOTES = 3  # most sentences quoted
 RELEVANT = 0.0  # cross-encoder logit above which a sentence answers the question (ms-marco: relevant > 0)
 MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
 
 
-def answer(state, runtime) -> dict:
+def answer(state, runtime, *, settings, memory=None) -> dict:
     ctx, usage = runtime.context, Usage()
-    model = ctx.settings.generator()
+    model = settings.generator()
     draft = state.get("draft", "") if ctx.draft_answer else ""
     reply = ""
     if state.get("evidence") and model is not None:
@@ -34,24 +34,25 @@ def answer(state, runtime) -> dict:
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
     if reply is None:
-        reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime), ctx.settings.reranker())
-    annotate(answer_mode=mode)
+        reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
+                                   settings.reranker())
+    evidence = state.get("evidence", [])
+    annotate(step=state.get("step", 0), answer_mode=mode, sessions=sorted({e["session_id"] for e in evidence}),
+             layers=sorted({e["layer"] for e in evidence}), evidence_items=len(evidence))
     return {"answer": reply, "answer_mode": mode, **usage_update("answer", usage)}
 
 
 def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
-    """The reply of the extractive mode: up to QUOTES disclosed sentences, best first, each quoted with its
-    session date and speaker; only those above RELEVANT, or the single closest one under UNCLEAR; NOT_FOUND
-    when nothing was disclosed."""
+    """The reply of the extractive mode: the QUOTES disclosed sentences the cross-encoder finds closest to the
+    question, best first, each quoted with its session date and speaker, under QUOTED when the best one is
+    relevant (above RELEVANT), else under UNCLEAR; NOT_FOUND when nothing was disclosed."""
     quotes = verbatim_sentences(evidence, memory)
     if not quotes:
         return NOT_FOUND
     scores = reranker.score([(question, sentence) for sentence, _, _ in quotes])
-    ranked = sorted(zip(scores, quotes), key=lambda pair: -pair[0])
-    chosen = [quote for score, quote in ranked[:QUOTES] if score > RELEVANT]
-    heading = QUOTED if chosen else UNCLEAR
-    lines = [f'- {date[:10]}, {speaker}: "{sentence}"' for sentence, date, speaker in (chosen or [ranked[0][1]])]
-    return "\n".join([heading, *lines])
+    ranked = sorted(zip(scores, quotes), key=lambda pair: -pair[0])[:QUOTES]
+    heading = QUOTED if ranked[0][0] > RELEVANT else UNCLEAR
+    return "\n".join([heading, *(f'- {date[:10]}, {speaker}: "{sentence}"' for _, (sentence, date, speaker) in ranked)])
 
 
 def verbatim_sentences(evidence: list, memory) -> list[tuple[str, str, str]]:

@@ -30,14 +30,15 @@ def authenticated_user(runtime) -> str | None:
     return user
 
 
-def open_memory(runtime):
-    """The memory this run reads. Behind server auth it is the authenticated user's, whatever the run's
-    context claims: a context naming another user is refused."""
+def open_memory(runtime, settings, memory=None):
+    """The memory this run reads: the graph's own `memory` when it was built with one, else the user's in the
+    store of `settings`. Behind server auth it is the authenticated user's, whatever the run's context claims:
+    a context naming another user is refused."""
     ctx = runtime.context
     user = authenticated_user(runtime)
     if user is not None and ctx.user_id not in (user, "default"):
         raise ConfigError(f"this run is authenticated as {user!r} and cannot read the memory of {ctx.user_id!r}")
-    return ctx.open_memory(user)
+    return memory if memory is not None else settings.open_memory(user or ctx.user_id)
 
 
 def question_today(state) -> datetime:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from apdmem import prompts
 from apdmem.memory.records import Usage, readable
 from apdmem.models import ask_structured
-from apdmem.nodes.common import question_today, usage_update
+from apdmem.nodes.common import annotate, question_today, usage_update
 
 WEEKDAYS = [d.lower() for d in calendar.day_name]
 MONTHS = [m.lower() for m in calendar.month_name[1:]]
@@ -211,7 +211,7 @@ def resolve_with_model(question: str, today: date, model, usage) -> list[DateHin
     return hints
 
 
-def normalize_dates(state, runtime) -> dict:
+def normalize_dates(state, runtime, *, settings) -> dict:
     """Resolve relative dates in the question against the question date. This is the graph's first node: the
     question the others read is the input's with lone surrogates replaced (`readable`)."""
     ctx, today, usage = runtime.context, question_today(state).date(), Usage()
@@ -220,6 +220,7 @@ def normalize_dates(state, runtime) -> dict:
     if ctx.date_normalization:
         hints = resolve_relative_dates(question, today)
         if unresolved_cues(question, hints):
-            hints += resolve_with_model(question, today, ctx.settings.controller(), usage)
+            hints += resolve_with_model(question, today, settings.controller(), usage)
+    annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints])
     return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

@@ -8,7 +8,7 @@ from apdmem import prompts
 from apdmem.memory.index import tokenize
 from apdmem.memory.records import Usage
 from apdmem.models import ask_structured
-from apdmem.nodes.common import usage_update
+from apdmem.nodes.common import annotate, usage_update
 
 
 class SubQueries(BaseModel):
@@ -17,18 +17,19 @@ class SubQueries(BaseModel):
     queries: list[str] = Field(description="one short query per fact needed", json_schema_extra={"maxItems": 6})
 
 
-def decompose(state, runtime) -> dict:
+def decompose(state, runtime, *, settings) -> dict:
     """The question itself is always the first query; the model may add sub-queries (never required)."""
     ctx, usage = runtime.context, Usage()
     question = state["question"]
     queries = [question]
     if ctx.decomposition:
         prompt = prompts.DECOMPOSE.format(today=state.get("today", ""), question=question, max_queries=ctx.max_queries)
-        out = ask_structured(ctx.settings.controller(), SubQueries, prompt, usage)
+        out = ask_structured(settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
             query = query.strip()
             if usable(query, question) and query.lower() not in {q.lower() for q in queries} and len(queries) < ctx.max_queries:
                 queries.append(query)
+    annotate(queries=queries)
     return {"queries": queries, **usage_update("decompose", usage)}
 
 

@@ -40,9 +40,9 @@ def relevant_turns(candidate: dict | None) -> list[int] | None:
     return sorted(turns)
 
 
-def drill(state, runtime) -> dict:
+def drill(state, runtime, *, settings, memory=None) -> dict:
     ctx = runtime.context
-    memory = open_memory(runtime)
+    memory = open_memory(runtime, settings, memory)
     targets = state.get("targets") or policy.plan(state, ctx)
     step, opened, candidates = state.get("step", 0), dict(state.get("opened", {})), state.get("candidates", {})
     reads: list[Drill] = []

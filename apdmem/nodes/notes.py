@@ -12,7 +12,7 @@ from apdmem.nodes.common import annotate, usage_update
 from apdmem.tools import format_evidence
 
 
-def synthesize_notes(state, runtime) -> dict:
+def synthesize_notes(state, runtime, *, settings) -> dict:
     ctx, usage = runtime.context, Usage()
     evidence = format_evidence(state.get("evidence", []))
     notes = ""
@@ -23,7 +23,7 @@ def synthesize_notes(state, runtime) -> dict:
             date_hints="Dates: " + "; ".join(state["date_hints"]) if state.get("date_hints") else "",
             evidence=evidence,
         )
-        notes = generate(ctx.settings.generator(), prompt, usage)
+        notes = generate(settings.generator(), prompt, usage)
     notes = notes or ("## Evidence\n" + evidence if evidence else "No relevant memory was found.")
     annotate(evidence_items=len(state.get("evidence", [])))
     return {"notes": notes, **usage_update("synthesize_notes", usage)}

@@ -43,7 +43,7 @@ def render_candidates(state) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def reflect(state, runtime) -> dict:
+def reflect(state, runtime, *, settings) -> dict:
     ctx, usage = runtime.context, Usage()
     decision = None
     # A reflection is a step of the budget: with none left, the loop stops at `converge` anyway.
@@ -57,7 +57,7 @@ def reflect(state, runtime) -> dict:
             step=state.get("step", 0),
             tmax=ctx.tmax,
         )
-        decision = ask_structured(ctx.settings.controller(), Reflection, prompt, usage)
+        decision = ask_structured(settings.controller(), Reflection, prompt, usage)
     candidates, searched, opened = state.get("candidates", {}), set(state.get("searched", [])), state.get("opened", {})
     targets, queries = [], []
     if decision is not None:
@@ -68,12 +68,13 @@ def reflect(state, runtime) -> dict:
     if not (sufficient or targets or queries):
         # No reflection, an unusable one, or one that wants more but names nothing usable: the policy decides.
         targets = policy.plan(state, ctx)
-    annotate(step=state.get("step", 0) + 1, sufficient=sufficient, targets=targets, new_queries=queries)
+    step = state.get("step", 0) + (1 if usage.calls else 0)  # only a model's reflection spends a step
+    annotate(step=step, sufficient=sufficient, targets=targets, new_queries=queries)
     return {
         "sufficient": sufficient,
         "draft": (decision.draft_answer.strip() if decision else "") or state.get("draft", ""),
         "targets": targets,
         "queries": [*state.get("queries", []), *queries],
-        "step": state.get("step", 0) + (1 if usage.calls else 0),
+        "step": step,
         **usage_update("reflect", usage),
     }

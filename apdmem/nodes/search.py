@@ -7,18 +7,18 @@ from apdmem.nodes.common import annotate, emit, open_memory
 from apdmem.tools import search_memory
 
 
-def search(state, runtime) -> dict:
+def search(state, runtime, *, settings, memory=None) -> dict:
     """Search each query not searched yet on its own, preferring sessions in the question's date ranges, and
     rescore its hits with the cross-encoder (the policy reads how those scores fall off). Each query on its own, so
     that what every sub-query found stays visible (the disclosure policy covers each one); `collect` merges the
-    hits into the candidate sessions."""
+    hits into the candidate sessions. `settings` and `memory` are what the graph was built with (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
     candidates = {sid: {**c, "spans": list(c["spans"]), "hits": dict(c["hits"])} for sid, c in state.get("candidates", {}).items()}
-    memory, found = open_memory(runtime), []
+    memory, found = open_memory(runtime, settings, memory), []
     ranges = [tuple(r) for r in state.get("date_ranges", [])] or None
-    reranker = ctx.settings.reranker()
+    reranker = settings.reranker()
     for query in queries:
         found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, date_range=ranges, reranker=reranker))
     sessions = list(dict.fromkeys(found))

@@ -7,17 +7,18 @@ functions as LangChain tools bound to one user's memory, for any agent.
 from __future__ import annotations
 
 from langchain_core.documents import Document
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, ToolException, tool
 
+from apdmem.errors import InvalidIdError, UnknownSessionError
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import TURN_CHARS
 from apdmem.memory.records import Usage
-from apdmem.memory.retriever import rerank
+from apdmem.memory.retriever import SEARCH_K, rerank
 
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = 10, date_range=None, reranker=None) -> list[Document]:
+def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, date_range=None, reranker=None) -> list[Document]:
     """Top-k sessions for one or several queries, each with its best L0 summary; sessions in `date_range`
     (a (start, end) pair or a list of them, see `Memory.search`) rank higher. With a `reranker` (a
     cross-encoder) the k sessions are rescored for the query (one query only; see `retriever.rerank`)."""
@@ -66,19 +67,91 @@ def format_evidence(items: list[Evidence]) -> str:
     return "\n".join(lines)
 
 
-def _turns(text: str | None) -> list[int] | None:
-    """'3,5-7' (1-based, as shown to agents) -> [2, 4, 5, 6]; empty -> None (all)."""
+def parse_turns(text: str | None) -> list[int] | None:
+    """'3,5-7' (1-based, as shown to agents) -> [2, 4, 5, 6]; empty -> None (all). Raises ValueError, saying
+    what is expected, for anything else ("first", "0", "7-5").
+
+    >>> parse_turns("3,5-7"), parse_turns("")
+    ([2, 4, 5, 6], None)
+    """
     if not text or not text.strip():
         return None
     out: list[int] = []
     for part in text.split(","):
-        low, _, high = part.strip().partition("-")
+        low, dash, high = (p.strip() for p in part.partition("-"))
+        if not low.isdigit() or (dash and not high.isdigit()) or int(low) < 1 or int(high or low) < int(low):
+            raise ValueError(f"turns must be 1-based numbers and ranges like '3,5-7', not {text!r}")
         out.extend(range(int(low) - 1, int(high or low)))
     return out
 
 
+# --- tools for an agent -----------------------------------------------------------------------------------------
+# A tool's errors are part of its interface: a model that called it with a bad argument gets a message naming
+# what is valid (raised as ToolException inside the tool, returned as the tool's result by `handle_tool_error`),
+# never an exception that ends the agent's run, never an empty result that looks like "nothing there".
+
+MAX_K = 50
+LISTED_SESSIONS = 20  # an unknown session's message lists the valid ids when there are at most this many
+
+
+def _no_session(memory, session_id: str) -> ToolException:
+    ids = memory.session_ids()
+    if not ids:
+        return ToolException(f"There is no session {session_id!r}: this memory holds no sessions yet.")
+    if len(ids) <= LISTED_SESSIONS:
+        return ToolException(f"There is no session {session_id!r}. The sessions you may read are: {', '.join(ids)}.")
+    return ToolException(f"There is no session {session_id!r}. This memory holds {len(ids)} sessions: find the ones "
+                         "you need with search_memory, which names each session's id.")
+
+
+def _session(memory, session_id: str):
+    """The session, or a ToolException naming the valid ones."""
+    try:
+        return memory.session(session_id)
+    except (UnknownSessionError, InvalidIdError):
+        raise _no_session(memory, session_id) from None
+
+
+def _wanted_turns(session, text: str) -> tuple[list[int] | None, str]:
+    """The 0-based turns `text` asks for within `session` (None: all), and a note on the ones outside it. A
+    request that is malformed or has no turn inside the session is a ToolException naming the valid range."""
+    valid = f"session {session.session_id!r} has turns 1-{len(session.turns)}"
+    try:
+        turns = parse_turns(text)
+    except ValueError as exc:
+        reason = str(exc)
+        raise ToolException(f"{reason[:1].upper()}{reason[1:]}; {valid} (leave turns empty for all of them).") from None
+    if turns is None:
+        return None, ""
+    inside = [t for t in turns if t < len(session.turns)]
+    outside = sorted({t + 1 for t in turns} - {t + 1 for t in inside})
+    if not inside:
+        raise ToolException(f"Turns {text!r} are outside the session: {valid}.")
+    if not outside:
+        return inside, ""
+    named = f"turn {outside[0]} is" if len(outside) == 1 else f"turns {_ranges(outside)} are"
+    return inside, f"({named} outside the session: {valid}.)"
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3,7'."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
+def _with_note(text: str, note: str) -> str:
+    return "\n".join(part for part in (text, note) if part)
+
+
 def make_memory_tools(memory) -> list[BaseTool]:
-    """LangChain tools over one user's memory, e.g. for `langchain.agents.create_agent(model, tools)`.
+    """LangChain tools over one user's memory, e.g. for `langchain.agents.create_agent(model, tools)`. A call with
+    a bad argument (an unknown session, turns that are malformed or outside the session) returns a message that
+    says what is valid, so the model can try again; it never raises.
 
     >>> tools = make_memory_tools(memory)             # doctest: +SKIP
     >>> [t.name for t in tools]                       # doctest: +SKIP
@@ -86,26 +159,46 @@ def make_memory_tools(memory) -> list[BaseTool]:
     """
 
     @tool("search_memory")
-    def search_tool(query: str, k: int = 5) -> str:
-        """Search the user's past conversations. Returns session ids, dates and a one-line summary each."""
+    def search_tool(query: str, k: int = SEARCH_K) -> str:
+        """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first."""
+        if not query.strip():
+            raise ToolException("The query is empty: say what to look for, e.g. 'my dog's name'.")
+        if not 1 <= k <= MAX_K:
+            raise ToolException(f"k must be between 1 and {MAX_K}, got {k}.")
         docs = search_memory(memory, query, k)
+        if not docs:
+            return "This memory holds no sessions yet: there is nothing to search."
         # One line per session: raw-mode summaries are whole windows of turns, newlines included.
         return "\n".join(f"{d.metadata['session_id']} ({d.metadata['date'][:10]}): {' '.join(d.page_content.split())[:400]}"
-                         for d in docs) or "no sessions found"
+                         for d in docs)
 
     @tool("read_facts")
     def facts_tool(session_id: str) -> str:
         """Read the key facts about the user from one session (layer L1)."""
-        return format_evidence(read_facts(memory, session_id))
+        _session(memory, session_id)
+        return format_evidence(read_facts(memory, session_id)) or (
+            f"Session {session_id!r} holds no key facts about the user; read_notes or read_raw show its turns.")
 
     @tool("read_notes")
     def notes_tool(session_id: str, turns: str = "") -> str:
         """Read detailed per-turn notes of a session (layer L2); turns like '3,5-7' (1-based), empty for all."""
-        return format_evidence(read_notes(memory, session_id, _turns(turns)))
+        wanted, note = _wanted_turns(_session(memory, session_id), turns)
+        text = format_evidence(read_notes(memory, session_id, wanted)) or "No notes were taken of these turns; read_raw shows them."
+        return _with_note(text, note)
 
     @tool("read_raw")
     def raw_tool(session_id: str, turns: str = "") -> str:
         """Read the exact messages of a session (layer L3); turns like '3,5-7' (1-based), empty for the first ones."""
-        return format_evidence(read_raw(memory, session_id, _turns(turns)))
+        session = _session(memory, session_id)
+        wanted, note = _wanted_turns(session, turns)
+        wanted = list(range(len(session.turns))) if wanted is None else wanted
+        if len(wanted) > MAX_RAW_TURNS:
+            note = _with_note(note, f"(showing {MAX_RAW_TURNS} of the {len(wanted)} turns asked for; session "
+                                    f"{session_id!r} has turns 1-{len(session.turns)}: ask for turns "
+                                    f"{_ranges([t + 1 for t in wanted[MAX_RAW_TURNS:]])} next.)")
+        return _with_note(format_evidence(read_raw(memory, session_id, wanted)), note)
 
-    return [search_tool, facts_tool, notes_tool, raw_tool]
+    tools = [search_tool, facts_tool, notes_tool, raw_tool]
+    for t in tools:
+        t.handle_tool_error = True  # a ToolException's message is the tool's result
+    return tools

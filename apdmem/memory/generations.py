@@ -1,0 +1,526 @@
+"""The storage protocol of one user's memory: generations, commits, repairs, and the one rule for what a writer
+may delete.
+
+A user's store holds, under ``users/<user>/``:
+
+- ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count) and the number of
+  the current *generation*;
+- ``index/<generation>/units.json`` and ``vectors.f32``: the L0 units and their vectors as saved by that
+  generation (derived data: rebuilt from the layers when missing or damaged);
+- ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
+  once read).
+
+and, while a writer changes the files of some sessions, their ids under ``"unfinished"``.
+
+Writers (ingest, forget, the cache of L1/L2) hold the user's writer lock while they change the store, re-read
+the manifest under it, and write the manifest last; the work that takes long (models, embeddings) happens
+before the lock is taken. Before a writer creates, replaces or deletes the files of a session it names the
+session unfinished in the manifest (unlisting an old version); its commit lists the new version and clears the
+mark. So a writer killed at any moment leaves either files the manifest names as unfinished (debris) or a
+whole session still listed; and ``session.json`` is written last, so a folder with a readable one is whole.
+
+Readers never take the lock and never write (a read-only store serves them): they read the manifest, then the
+index files of its generation, and start over if a writer replaced that generation meanwhile. What a reader
+cannot use (a missing or unreadable manifest, an index that does not fit, a whole session left unlisted) is
+repaired by a writer; on a read-only store, in memory only.
+
+`Generations` is the only code that deletes anything from a user's store (besides `migrate`, which replaces
+a user of its target wholesale on the operator's request), and `Generations._debris` is the one rule for what
+may be deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from apdmem.errors import ConfigError, InvalidIdError, StoreError
+from apdmem.memory import layers
+from apdmem.memory.index import UnitIndex
+from apdmem.memory.records import Session, Unit, check_id
+from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
+
+FORMAT = 2
+READ_ATTEMPTS = 20  # a reader starts over this often when writers keep replacing the generation it reads
+MAX_GENERATION = 2**53  # generation numbers are file names and JSON numbers: a larger one is damage
+
+log = logging.getLogger("apdmem")
+
+
+@dataclass
+class Generation:
+    """One consistent state of a memory: the manifest as stored and the index saved with it."""
+
+    raw: bytes | None  # manifest.json as read (None: nothing stored yet)
+    manifest: dict
+    index: UnitIndex | None  # None until the first session (its dimension comes from the embeddings)
+
+    @property
+    def number(self) -> int:
+        return self.manifest["generation"]
+
+
+class Stale(Exception):
+    """The generation being read was replaced by a writer meanwhile: read again."""
+
+
+class Damaged(Exception):
+    """Stored state that a reader cannot use as it is; a writer repairs it (the message says what)."""
+
+
+class Generations:
+    """The committed generations of one user's memory in `store`, and the protocol that changes them.
+
+    `space` names the embeddings the index was built with; `dimension` and `embed` give the embeddings'
+    dimension and vectors (to check the index, and to rebuild a damaged one; None for a reader that only
+    reads, such as `migrate`'s); `window`/`stride` rebuild raw L0 units.
+    """
+
+    def __init__(self, store: UserStore, *, space: str, lexical: str, dimension: Callable[[], int] | None,
+                 embed: Callable[[list[str]], np.ndarray] | None, window: int, stride: int):
+        self.store, self.user_id = store, store.user_id
+        self.space, self.lexical = space, lexical
+        self._dimension, self._embed = dimension, embed
+        self.window, self.stride = window, stride
+        self.writing = threading.RLock()  # this process's writers of the user, one at a time (the store lock orders processes)
+        self._swap = threading.Lock()
+        self.current = Generation(None, self.parse_manifest(None), None)
+        self._read_once = False
+
+    # --- reading (no lock taken, nothing written unless something needs a repair) ---------------------------
+
+    def start(self) -> None:
+        """Read the current generation; if a killed writer left debris, clean it (unless a writer is busy or
+        the store is read-only). A user with nothing stored is left without a trace."""
+        self.refresh()
+        if not self._needs_sweep(self.current):
+            return
+        try:
+            with self.writing, self.store.writer(wait=False) as held:
+                if held and self.store.get("manifest.json") == self.current.raw:
+                    self.sweep(self.current)
+        except StoreError:
+            pass  # a read-only store is served as it is; its debris is never read
+
+    def refresh(self) -> None:
+        """Catch up with what other writers committed. Cheap when nothing changed: one read of the manifest."""
+        raw = self.store.get("manifest.json")
+        if self._read_once and raw == self.current.raw:
+            return
+        try:
+            self.adopt(self.read(raw))
+        except Damaged as damage:
+            try:
+                with self.writer():  # repaired under the lock, as a writer would
+                    pass
+            except StoreError:  # a read-only store: repaired in memory, for this reader only
+                self.adopt(self.repair(raw, str(damage), save=False))
+        self._read_once = True
+
+    def adopt(self, generation: Generation) -> None:
+        with self._swap:  # generations only move forward, whichever thread read last
+            if generation.number >= self.current.number or generation.raw is None:
+                self.current = generation
+
+    def read(self, raw: bytes | None) -> Generation:
+        """The generation `raw` names, read without the lock; raises Damaged when it needs a repair."""
+        for _ in range(READ_ATTEMPTS):
+            try:
+                return self._generation(raw)
+            except Stale:
+                raw = self.store.get("manifest.json")
+        raise Damaged("index files keep vanishing")
+
+    def parse_manifest(self, raw: bytes | None) -> dict:
+        """The manifest stored as `raw` (None: a new, empty one); raises Damaged when it is unusable."""
+        if raw is None:
+            return {"format": FORMAT, "generation": 0, "user_id": self.user_id, "embeddings": self.space, "sessions": {}}
+        try:
+            manifest = json.loads(raw)
+            assert isinstance(manifest, dict)
+            version = manifest.get("format")
+        except (ValueError, AssertionError, RecursionError):
+            raise Damaged("manifest.json is unreadable") from None
+        if version != FORMAT:
+            newer = isinstance(version, int) and version > FORMAT
+            raise ConfigError(f"memory of user {self.user_id!r} has format {version}; this apdmem reads format {FORMAT}"
+                              + ("; upgrade apdmem" if newer else "; ingest the history again into a new memory directory"))
+        number = manifest.get("generation")
+        if type(number) is not int or not 0 <= number <= MAX_GENERATION:
+            raise Damaged("manifest.json names no valid generation")
+        sessions, unfinished = manifest.get("sessions"), manifest.get("unfinished", [])
+        if not isinstance(sessions, dict) or not all(_listing_entry(m) for m in sessions.values()):
+            raise Damaged("manifest.json is unreadable")
+        if not isinstance(unfinished, list) or not all(isinstance(s, str) and _valid_id(s) for s in unfinished):
+            raise Damaged("manifest.json is unreadable")
+        if manifest.get("embeddings") != self.space:
+            raise ConfigError(f"memory of user {self.user_id!r} was indexed with embeddings {manifest.get('embeddings')!r}, "
+                              f"not {self.space!r}; open it with the same embeddings")
+        return manifest
+
+    def _generation(self, raw: bytes | None) -> Generation:
+        manifest = self.parse_manifest(raw)
+        folders = {k.split("/")[1] for k in self.store.keys("sessions/")}
+        if strays := self._unlisted_sessions(manifest, folders):
+            if self.store.get("manifest.json") != raw:
+                raise Stale()  # a writer announced them meanwhile
+            what = "manifest.json is missing" if raw is None else f"sessions not listed: {', '.join(sorted(strays))}"
+            raise Damaged(what)
+        if raw is None or not manifest["sessions"]:
+            return Generation(raw, manifest, None)
+        number = manifest["generation"]
+        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
+        if table is None or vectors is None:
+            if self.store.get("manifest.json") != raw:
+                raise Stale()
+            raise Damaged(f"index of generation {number} is missing")
+        try:
+            index = UnitIndex.load(table, vectors, self.lexical)
+        except ValueError as exc:
+            if self.store.get("manifest.json") != raw:
+                raise Stale() from None
+            raise Damaged(f"index of generation {number} is damaged: {exc}") from None
+        if self._dimension is not None and index.dimension != self._dimension():
+            raise Damaged(f"index of generation {number} has vectors of dimension {index.dimension}, "
+                          f"the embeddings give {self._dimension()}")
+        if not _indexes_listing(index, manifest):
+            raise Damaged(f"index of generation {number} does not match the listing")
+        stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
+        if missing := [s for s in manifest["sessions"] if session_key(s) not in stored]:
+            raise Damaged(f"listed sessions without their files: {', '.join(missing)}")
+        return Generation(raw, manifest, index)
+
+    def _unlisted_sessions(self, manifest: dict, folders: set[str]) -> dict[str, Session]:
+        """Whole sessions stored but not listed, and not named by a writer as unfinished: a listing lost or
+        damaged. They are listed again by a repair, never deleted."""
+        known = {session_key(s) for s in manifest["sessions"]} | {session_key(s) for s in manifest.get("unfinished", [])}
+        found = {}
+        for folder in sorted(folders - known):
+            session = self.recovered_session(folder)
+            if session is not None:
+                found[session.session_id] = session
+        return found
+
+    # --- writing ----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def writer(self) -> Iterator[Generation]:
+        """Hold the user's writer lock and yield the current generation, read under the lock and repaired if
+        it needs it. Inside, change a copy (`derive`) and `commit` it."""
+        with self.writing:
+            with self.store.writer():
+                raw = self.store.get("manifest.json")
+                try:
+                    generation = self.read(raw)
+                except Damaged as damage:
+                    generation = self.repair(raw, str(damage))
+                self.adopt(generation)
+                yield generation
+
+    def derive(self, generation: Generation) -> Generation:
+        """A copy of `generation` to change; the stored one is untouched until `commit`."""
+        manifest = json.loads(json.dumps(generation.manifest))
+        index = generation.index.compact() if generation.index else UnitIndex(self._dimension(), self.lexical)  # a copy
+        return Generation(generation.raw, manifest, index)
+
+    def commit(self, generation: Generation) -> Generation:
+        """Save the index of a new generation, then the manifest that makes it current, then drop the index
+        files of the generations before it. Sessions now listed are no longer unfinished. Called under the
+        writer lock."""
+        old = generation.manifest["generation"]
+        number = generation.manifest["generation"] = max(old, self.current.number) + 1
+        _settle(generation.manifest, generation.manifest["sessions"])
+        index = generation.index if generation.index.alive.all() else generation.index.compact()
+        table, vectors = index.dump()
+        self.store.put({f"index/{number}/units.json": table, f"index/{number}/vectors.f32": vectors})
+        committed = self._save_manifest(Generation(None, generation.manifest, index))
+        self.store.delete(self._debris(committed)[0])
+        return committed
+
+    def _save_manifest(self, generation: Generation) -> Generation:
+        raw = json.dumps(generation.manifest, ensure_ascii=False).encode()
+        self.store.put({"manifest.json": raw})
+        saved = Generation(raw, generation.manifest, generation.index)
+        self.adopt(saved)
+        return saved
+
+    def begin(self, current: Generation, session_ids: list[str]) -> Generation:
+        """Before a writer writes the files of these sessions: name them unfinished in the manifest (unlisting
+        the versions stored now), then delete what is stored under them. A writer killed before its commit
+        leaves only files that the manifest names as unfinished: debris. Called under the writer lock."""
+        replaced = [s for s in session_ids if s in current.manifest["sessions"]]
+        if replaced:
+            generation = self.derive(current)
+            for sid in replaced:
+                generation.index.remove(sid)
+                del generation.manifest["sessions"][sid]
+        else:
+            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index)
+        unfinished = generation.manifest.setdefault("unfinished", [])
+        unfinished += [s for s in session_ids if s not in unfinished]
+        begun = self.commit(generation) if replaced else self._save_manifest(generation)
+        for sid in session_ids:
+            self._delete_session(sid)
+        return begun
+
+    def forget(self, current: Generation, session_id: str) -> None:
+        """Remove a listed session: the new generation first (without it, and naming it unfinished; its commit
+        drops the old index, which holds the session's L0 text), then its files, then the mark. A kill in
+        between leaves files that the next writer deletes, never a session listed again."""
+        generation = self.derive(current)
+        generation.index.remove(session_id)
+        del generation.manifest["sessions"][session_id]
+        generation.manifest.setdefault("unfinished", []).append(session_id)
+        committed = self.commit(generation)
+        self._delete_session(session_id)
+        self.sweep(committed)
+
+    def _delete_session(self, session_id: str) -> None:
+        folder = f"sessions/{session_key(session_id)}/"
+        self.store.delete(self.store.keys(folder) + self.store.leftovers(folder))
+
+    # --- what may be deleted ----------------------------------------------------------------------------------
+
+    def _debris(self, generation: Generation) -> tuple[list[str], list[str]]:
+        """THE rule for what may be deleted from a user's store (nothing else ever is): what a killed writer
+        provably left. Returns (keys, leftovers):
+
+        - index files of any generation other than the one the manifest names (a manifest must be stored:
+          without one, no index file is known to be old);
+        - the files of a session the manifest names as unfinished and does not list: a forget or a
+          replacement committed its removal, or an ingestion announced it and was killed before its commit;
+        - temporary files of an interrupted write, and links (a store never holds one: a link is planted).
+
+        A session's own files are never debris because a listing is missing, unreadable or lacks it: such
+        a session is listed again by `repair`.
+        """
+        manifest = generation.manifest
+        keys = []
+        if generation.raw is not None:
+            keys += [k for k in self.store.keys("index/") if k.split("/")[1] != str(generation.number)]
+        listed = {session_key(s) for s in manifest["sessions"]}
+        for sid in manifest.get("unfinished", []):
+            if session_key(sid) not in listed:
+                keys += self.store.keys(f"sessions/{session_key(sid)}/")
+        return keys, self.store.leftovers()
+
+    def _needs_sweep(self, generation: Generation) -> bool:
+        keys, leftovers = self._debris(generation)
+        return bool(keys or leftovers or generation.manifest.get("unfinished"))
+
+    def sweep(self, generation: Generation) -> Generation:
+        """Delete the debris of killed writers (see `_debris`) and clear the sessions marked unfinished, whose
+        files are gone then. Called under the writer lock."""
+        keys, leftovers = self._debris(generation)
+        if keys or leftovers:
+            self.store.delete(keys + leftovers)
+        temporary = [k for k in leftovers if k.rsplit("/", 1)[-1].startswith(TEMPORARY_PREFIX)]
+        if temporary:
+            log.warning("apdmem: removed %d temporary file(s) left in the memory of user %r by an interrupted write",
+                        len(temporary), self.user_id)
+        if planted := [k for k in leftovers if k not in temporary]:
+            log.warning("apdmem: removed %d link(s) or special file(s) planted in the memory of user %r (never "
+                        "followed): %s", len(planted), self.user_id, ", ".join(planted))
+        if sessions := sorted({k.split("/")[1] for k in keys if k.startswith("sessions/")}):
+            log.warning("apdmem: removed the files of %d session(s) that an interrupted write or a forget left in the "
+                        "memory of user %r: %s", len(sessions), self.user_id, ", ".join(sessions))
+        if generation.manifest.get("unfinished") and generation.raw is not None:
+            manifest = json.loads(json.dumps(generation.manifest))
+            _settle(manifest, manifest.get("unfinished", []))
+            generation = self._save_manifest(Generation(None, manifest, generation.index))
+        return generation
+
+    # --- repair -----------------------------------------------------------------------------------------------
+
+    def repair(self, raw: bytes | None, damage: str, *, save: bool = True) -> Generation:
+        """Rebuild what a reader could not use (under the writer lock, or with ``save=False`` in memory only):
+        the listing from the stored sessions if the manifest is missing or unreadable, whole sessions that
+        are not listed are listed again, the index is rebuilt from the L0 layers if it does not fit; listed
+        sessions that can no longer be read are dropped from the listing (their files are kept). Logs a
+        warning naming what was repaired."""
+        try:
+            manifest = self.parse_manifest(raw) if raw is not None else None
+        except Damaged:
+            manifest = None
+        if manifest is None:
+            manifest = self.parse_manifest(None)
+            manifest["generation"] = self.current.number
+        sessions = manifest["sessions"]
+        index = self._saved_index(manifest)  # when only the listing was wrong, the saved index is kept
+        folders = {k.split("/")[1] for k in self.store.keys("sessions/")}
+        relisted = self._unlisted_sessions(manifest, folders)
+        dropped = []
+        for sid in list(sessions):
+            if self.stored_session(session_key(sid)) is None:
+                session = self.recovered_session(session_key(sid))
+                if session is None or session.session_id != sid:
+                    dropped.append(sid)
+                    del sessions[sid]
+                    if index is not None:
+                        index.remove(sid)
+                elif save:
+                    self.store.put_json({key(sid, "session.json"): session.to_json()})
+        rebuilt = index is None
+        if rebuilt:
+            index = UnitIndex(self._dimension(), self.lexical)
+        for sid, session in relisted.items():
+            sessions[sid] = listing(session, 0)
+        self._index_units(index, [sid for sid in sessions if rebuilt or sid in relisted], sessions)
+        if save:
+            generation = self.sweep(self.commit(Generation(raw, manifest, index)))
+        else:
+            generation = Generation(raw, manifest, index)
+        log.warning("apdmem: repaired the memory of user %r (%s): %s%s%s%s", self.user_id, damage,
+                    f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept",
+                    f"; listed again: {', '.join(sorted(relisted))}" if relisted else "",
+                    f"; dropped from the listing: {', '.join(dropped)}" if dropped else "",
+                    "" if save else " (in memory only: the store is read-only)")
+        return generation
+
+    def _index_units(self, index: UnitIndex, session_ids: list[str], sessions: dict) -> None:
+        """Add the L0 units of these sessions to `index` (embedding them), and count them in the listing."""
+        units = []
+        for sid in session_ids:
+            own = self.read_units(sid, repair=False)
+            sessions[sid]["units"] = len(own)
+            units += own
+        index.add(units, self._embed([t for u in units for t in u.embed_texts]))
+
+    def _saved_index(self, manifest: dict) -> UnitIndex | None:
+        """The index saved with the manifest's generation, if it is readable and holds the listed sessions."""
+        number = manifest["generation"]
+        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
+        try:
+            index = UnitIndex.load(table, vectors, self.lexical) if table is not None and vectors is not None else None
+        except ValueError:
+            return None
+        if index is None or index.dimension != self._dimension() or not _indexes_listing(index, manifest):
+            return None
+        return index
+
+    def unreadable_session(self, session_id: str) -> Session | None:
+        """A listed session whose session.json cannot be read: rebuilt from its L3.md if that is readable
+        (and written back, unless the store is read-only), else dropped from the listing, its files kept."""
+        session = self.recovered_session(session_key(session_id))
+        if session is not None and session.session_id != session_id:
+            session = None
+        try:
+            with self.writer() as current:
+                if session_id in current.manifest["sessions"] and self.stored_session(session_key(session_id)) is None:
+                    if session is not None:
+                        self.store.put_json({key(session_id, "session.json"): session.to_json()})
+                    else:
+                        self.repair(current.raw, f"session {session_id!r} is unreadable")
+        except StoreError:
+            pass  # read-only: the rebuilt session is served, nothing is saved
+        return session
+
+    # --- the layers the protocol reads ----------------------------------------------------------------------
+
+    def stored_session(self, folder: str) -> Session | None:
+        """The session stored under a session key; None when it is missing or unreadable."""
+        try:
+            session = Session.from_json(self.store.get_json(f"sessions/{folder}/session.json"))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        return session if session_key(session.session_id) == folder else None
+
+    def recovered_session(self, folder: str) -> Session | None:
+        """The stored session, or, when its session.json is unreadable, the session its L3.md shows (turn ids
+        and labels, and the seconds of its date, are not in L3: they are lost)."""
+        session = self.stored_session(folder)
+        if session is not None:
+            return session
+        text = self.store.get(f"sessions/{folder}/L3.md")
+        session = layers.parse_l3(text.decode("utf-8", "replace")) if text is not None else None
+        if session is None or session_key(session.session_id) != folder:
+            return None
+        log.warning("apdmem: session.json of session %r of user %r was unreadable; rebuilt from its L3.md",
+                    session.session_id, self.user_id)
+        return session
+
+    def read_units(self, session_id: str, *, repair: bool = True) -> list[Unit]:
+        """L0 units of a session; a damaged L0.json is rebuilt from the session's messages (raw units)."""
+        try:
+            data = self.store.get_json(key(session_id, "L0.json"))
+            units = [Unit.from_json(u) for u in data]
+            if all(u.session_id == session_id and u.embed_texts for u in units) and units:
+                return units
+        except (ValueError, TypeError, RecursionError):
+            pass
+        session = self.recovered_session(session_key(session_id))
+        if session is None:
+            return []
+        units = [layers.raw_unit(session, a, b) for a, b in layers.window_spans(len(session.turns), self.window, self.stride)]
+        log.warning("apdmem: L0 of session %r of user %r was unreadable; rebuilt from its messages", session_id, self.user_id)
+        if repair:
+            try:
+                with self.writing, self.store.writer(wait=False) as held:
+                    if held and session_id in self.current.manifest["sessions"]:
+                        self.write_session(session, units, whole=False)
+            except StoreError:
+                pass  # read-only: served from memory
+        return units
+
+    def write_session(self, session: Session, units: list[Unit], *, whole: bool = True,
+                      notes: dict[int, list[str]] | None = None) -> None:
+        """Write a session's layers (under the lock): L0, then L3 (and L2 `notes` kept from a version it
+        replaces), then session.json, written last so that a session.json on disk means the session is whole.
+        ``whole=False`` writes L0 only."""
+        sid = session.session_id
+        self.store.put_json({key(sid, "L0.json"): [u.to_json() for u in units]})
+        if whole:
+            self.store.put_text({key(sid, "L3.md"): layers.render_l3(session), key(sid, "L0.md"): layers.render_l0(session, units)})
+            if notes:
+                self.store.put_json({key(sid, "L2.json"): {str(t): n for t, n in sorted(notes.items())}})
+                self.store.put_text({key(sid, "L2.md"): layers.render_l2(session, notes)})
+            self.store.put_json({key(sid, "session.json"): session.to_json()})
+        else:
+            self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+
+
+def _settle(manifest: dict, done) -> None:
+    """Drop from the manifest's unfinished sessions those in `done`."""
+    unfinished = [s for s in manifest.get("unfinished", []) if s not in done]
+    if unfinished:
+        manifest["unfinished"] = unfinished
+    else:
+        manifest.pop("unfinished", None)
+
+
+def _valid_id(value: str) -> bool:
+    try:
+        check_id(value, "session")
+    except InvalidIdError:
+        return False
+    return True
+
+
+def key(session_id: str, name: str) -> str:
+    """The key of a layer file of a session."""
+    return f"sessions/{session_key(session_id)}/{name}"
+
+
+def listing(session: Session, units: int) -> dict:
+    """The manifest entry of a session."""
+    return {"date": session.date.isoformat(), "turns": len(session.turns), "hash": session.content_hash(), "units": units}
+
+
+def _indexes_listing(index: UnitIndex, manifest: dict) -> bool:
+    """Whether the index holds exactly the listed sessions' units (as many of each as the listing says)."""
+    counts: dict[str, int] = {}
+    for unit in index.units:
+        counts[unit.session_id] = counts.get(unit.session_id, 0) + 1
+    return counts == {s: m["units"] for s, m in manifest["sessions"].items() if m["units"]}
+
+
+def _listing_entry(meta: object) -> bool:
+    """Whether a manifest entry has the shape `listing` gives it."""
+    return (isinstance(meta, dict) and isinstance(meta.get("date"), str) and isinstance(meta.get("hash"), str)
+            and type(meta.get("turns")) is int and type(meta.get("units")) is int)
