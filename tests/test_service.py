@@ -283,3 +283,18 @@ def test_without_server_auth_the_run_context_names_the_user(tmp_path, history, m
     with pytest.raises(UnknownSessionError):
         graphs["forget"].invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice"))
     assert settings.open_memory("bob").session_ids() == ["s-hiking"]
+
+
+def test_an_extended_session_summarizes_only_its_new_windows(make_memory):
+    summaries = [lambda prompt: {"summary": "A window of the dog conversation.", "keywords": ["dog"], "tags": []}] * 20
+    model = ScriptedChatModel(script={"WindowSummary": summaries})
+    memory = make_memory(chat_model=model, l0_mode="llm")
+    texts = HISTORY["s-dog"][1]
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+    memory.remember(messages[:4], session_id="s-dog", date="2024-03-10T18:30")
+    assert len(model.prompts_of("WindowSummary")) == 1  # one window: turns 1-4
+    memory.remember(messages, session_id="s-dog")
+    assert len(model.prompts_of("WindowSummary")) == 2  # turns 3-6 only: the window of turns 1-4 was kept
+    assert [(u.start, u.end) for u in memory.units("s-dog")] == [(0, 4), (2, 6)]
+    memory.remember(messages, session_id="s-dog", date="2024-03-11T08:00")
+    assert len(model.prompts_of("WindowSummary")) == 4  # another date: every window summarized again
