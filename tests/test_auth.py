@@ -103,6 +103,40 @@ def test_a_malformed_not_before_admits_nobody(monkeypatch):
     assert refused.value.status_code == 401 and NOT_BEFORE_ENV in refused.value.detail
 
 
+class StoredUser(dict):
+    """A user as the server rebuilds it from a stored run or cron: a dict with attribute access."""
+
+    identity = property(lambda self: self["identity"])
+    is_authenticated = property(lambda self: self.get("is_authenticated", True))
+
+
+def test_a_studio_user_has_no_identity_with_auth_on(monkeypatch):
+    """The second lock behind `disable_studio_auth`: Studio's user (the object, or the dict a stored run keeps)
+    is nobody to the handlers and to the graphs; a token's user (or a cron's, rebuilt from its id) is itself."""
+    from langgraph.runtime import Runtime, ServerInfo
+    from langgraph_sdk.auth.types import StudioUser
+
+    from apdmem.auth import token_user
+    from apdmem.graph import Context
+    from apdmem.nodes.common import authenticated_user, open_memory
+
+    studio = [StudioUser("langgraph-studio-user", is_authenticated=True),
+              StoredUser(kind="StudioUser", identity="langgraph-studio-user")]
+    assert [token_user(u) for u in studio] == [None, None]
+    assert token_user(StoredUser(identity="alice")) == "alice" and token_user(StoredUser(identity="x", is_authenticated=False)) is None
+
+    def runtime(user):
+        return Runtime(context=Context(user_id="alice"), server_info=ServerInfo(assistant_id="a", graph_id="apdmem", user=user))
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    for user in [*studio, None]:
+        with pytest.raises(ConfigError, match="carries no apdmem token's user"):
+            open_memory(runtime(user), settings=None)  # refused before any store is opened
+    assert authenticated_user(runtime(StoredUser(identity="alice"))) == "alice"
+    monkeypatch.delenv(SECRET_ENV)
+    assert all(authenticated_user(runtime(user)) is None for user in studio)  # a laptop server: the context names the user
+
+
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("APDMEM_")}
     return subprocess.run([sys.executable, "-m", "apdmem.cli", *args], cwd=ROOT, capture_output=True, text=True,
