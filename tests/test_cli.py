@@ -112,16 +112,17 @@ def test_a_missing_file_and_another_user(apdmem, history_file, tmp_path):
     assert code == 2 and "no session 's-dog'" in err
 
 
-@pytest.mark.slow
 def test_ingest_eager_l1_builds_key_facts_before_any_read(apdmem, history_file, tmp_path):
-    generative = ("--chat-model", "local:smollm2")  # the extractive default builds L1 without model calls
-    code, out, err = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet", *generative)
+    # The default chat model ("local") builds L1 from the user's own sentences: no model call. (That eager L1
+    # runs a model's calls side by side and skips built sessions is tested in test_concurrency.py.)
+    code, out, err = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet")
     assert code == 0, err
-    assert "L1 key facts built now: 7 model call(s)" in out
-    built = sorted(p.parent.name for p in (tmp_path / "memory").rglob("L1.json"))
-    assert len(built) == 7
-    code, out, _ = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet", *generative)
-    assert code == 0 and "L1 key facts built now: 0 model call(s)" in out  # built before: nothing to do
+    assert "L1 key facts built now: 0 model call(s)" in out
+    built = {p.parent.name: p.stat().st_mtime_ns for p in (tmp_path / "memory").rglob("L1.json")}
+    assert sorted(built) == sorted(HISTORY)
+    assert apdmem("show", "s-dog", "--layer", "L1")[1].splitlines()[2] == "- " + HISTORY["s-dog"][1][0]
+    code, out, _ = apdmem("ingest", str(history_file), "--l0-mode", "raw", "--eager-l1", "--quiet")
+    assert code == 0 and {p.parent.name: p.stat().st_mtime_ns for p in (tmp_path / "memory").rglob("L1.json")} == built
 
 
 # --- help, README and behaviour agree ----------------------------------------------------------------------------

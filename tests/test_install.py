@@ -32,8 +32,8 @@ memory = Memory("alice", store=sys.argv[1])
 memory.ingest([session_from_messages(chat, session_id="dog", date="2024-03-10"),
                session_from_messages(trip, session_id="japan", date="2024-05-05")])
 found = [d.metadata["session_id"] for d in memory.search("What is my dog's name?", k=2)]
-final = build_graph().invoke({"question": "When is my puppy's first vet visit?", "question_date": "2024-03-11"},
-                             context=Context(memory=memory))
+final = build_graph(memory=memory).invoke({"question": "When is my puppy's first vet visit?", "question_date": "2024-03-11"},
+                                          context=Context(user_id="alice"))
 print(json.dumps({"found": found, "answer": final["answer"], "mode": final["answer_mode"],
                   "tools": [t.name for t in make_memory_tools(memory)]}))
 """

@@ -25,7 +25,7 @@ from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
-from apdmem.memory.records import Session, Unit, Usage, check_id
+from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.generations import Generations, key, listing
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, session_key
@@ -314,7 +314,7 @@ class Memory:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         queries = [query] if isinstance(query, str) else list(query)
-        queries = [q for q in queries if q.strip()]
+        queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
         generation = self.generations.current  # one generation for the whole search, whatever writers do meanwhile
         if not generation.manifest["sessions"]:
