@@ -228,7 +228,7 @@ def test_an_agent_saves_its_thread_and_a_stated_fact_and_a_later_question_finds_
     thread = {"configurable": {"thread_id": "t1"}}
     agent.invoke({"messages": [HumanMessage("Big news: " + fact)]}, thread)
     tool_reply = next(m for m in agent.get_state(thread).values["messages"] if isinstance(m, ToolMessage))
-    assert tool_reply.content.startswith("saved to memory as session fact-")
+    assert tool_reply.content.startswith("Saved to memory as session fact-")
     assert "thread-t1" in memory.session_ids()
     assert [t.role for t in memory.session("thread-t1").turns] == ["user", "assistant"]  # no tool call, no tool result
     agent.invoke({"messages": [HumanMessage("I also started learning Portuguese on Duolingo.")]}, thread)
@@ -270,7 +270,7 @@ def test_conversation_keeps_what_was_said():
 
 def test_the_remember_fact_tool_returns_what_went_wrong(make_memory):
     tool = make_remember_tool(make_memory())
-    assert tool.invoke({"fact": "  "}).startswith("not saved: the fact is empty")
+    assert tool.invoke({"fact": "  "}).startswith("Not saved: the fact is empty")
 
 
 def test_without_server_auth_the_run_context_names_the_user(tmp_path, history, monkeypatch):

@@ -10,7 +10,6 @@ import time
 import httpx
 import pytest
 from conftest import HISTORY
-from langgraph_sdk import get_sync_client
 from test_servers import QUESTION_DATE, QUICK, SECRET, client_of, langgraph_dev, sessions_read
 
 from apdmem.auth import make_token
@@ -165,7 +164,7 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     assert schema["type"] == "object" and {"sessions", "messages", "session_id", "date"} <= set(schema["properties"])
     assert schema["$defs"]["Message"]["required"] == ["role", "content"]
     assert tools["forget"].input_schema["required"] == ["session_ids"]
-    assert "question" in tools["apdmem"].input_schema["properties"]
+    assert "question" in tools["apdmem"].input_schema["properties"]["question"]["description"]
 
     assert not remembered.is_error and "'added': ['mcp-chat']" in remembered.content[0].text
     assert not answered.is_error and "mcp-chat" in answered.content[0].text and "lapsang" in answered.content[0].text
@@ -177,28 +176,25 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
 # --- cron ---------------------------------------------------------------------------------------------------
 
 
-def test_remember_runs_from_a_cron(server, tmp_path):
-    """Without auth, a cron runs `remember` for the user its context names (crons fire on the minute: this
-    waits up to two). With auth on the server refuses crons (apdmem/auth.py: a run nobody asked for then)."""
+def test_a_cron_writes_as_the_user_who_scheduled_it(server):
+    """A cron's runs act as the user whose token created it: alice's writes her memory, bob's naming alice
+    fails. Crons fire on the minute: this waits up to two."""
     url, _ = server
+    alice, bob = client_of(url, "alice"), client_of(url, "bob")
     note = {"session_id": "cron-note", "date": "2024-06-01T07:00", "messages": [{"role": "user", "content": "Water the ferns."}]}
-    alice = client_of(url, "alice")
-    with pytest.raises(httpx.HTTPStatusError, match="403"):
-        alice.crons.create_for_thread(alice.threads.create()["thread_id"], "remember", schedule="* * * * *", input=note)
-
-    memory_dir = tmp_path / "open"
-    memory_dir.mkdir()
-    with langgraph_dev(memory_dir) as open_url:
-        client = get_sync_client(url=open_url)
-        thread = client.threads.create()["thread_id"]
-        cron = client.crons.create_for_thread(thread, "remember", schedule="* * * * *", input=note, context={"user_id": "dora"})
-        try:
-            deadline = time.monotonic() + 150
-            while time.monotonic() < deadline and not client.runs.list(thread):
-                time.sleep(3)
-            run = client.runs.list(thread)[0]
-            client.runs.join(thread, run["run_id"])
-        finally:
-            client.crons.delete(cron["cron_id"])
-        assert client.runs.get(thread, run["run_id"])["status"] == "success"
-    assert Memory("dora", store=str(memory_dir)).session_ids() == ["cron-note"]
+    threads = {name: client.threads.create()["thread_id"] for name, client in (("alice", alice), ("bob", bob))}
+    crons = [alice.crons.create_for_thread(threads["alice"], "remember", schedule="* * * * *", input=note),
+             bob.crons.create_for_thread(threads["bob"], "remember", schedule="* * * * *",
+                                         input={**note, "session_id": "cron-bob"}, context={"user_id": "alice"})]
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (alice.runs.list(threads["alice"]) and bob.runs.list(threads["bob"])):
+            time.sleep(3)
+        for client, thread in ((alice, threads["alice"]), (bob, threads["bob"])):
+            client.runs.join(thread, client.runs.list(thread)[0]["run_id"])
+    finally:
+        alice.crons.delete(crons[0]["cron_id"])
+        bob.crons.delete(crons[1]["cron_id"])
+    assert alice.runs.list(threads["alice"])[0]["status"] == "success"
+    assert bob.runs.list(threads["bob"])[0]["status"] == "error"
+    assert "cron-note" in listed(alice) and "cron-bob" not in listed(alice) and "cron-bob" not in listed(bob)
