@@ -283,3 +283,34 @@ def test_the_server_answers_a_2000_word_question(server):
     out = response.json()
     assert "__error__" not in out and isinstance(out.get("answer"), str) and out["answer"].strip(), str(out)[-2000:]
     assert out["evidence"] and {e["session_id"] for e in out["evidence"]} <= {"s-hiking", "s-dog", "s-bread", "s-job"}
+
+
+@pytest.mark.slow
+def test_a_cron_is_its_creators_and_runs_as_them(server):
+    """Last in the module (it writes a session into alice's memory). alice's cron writes her memory and only
+    she sees it; bob's cron naming alice fails in the graph. Crons fire on the minute: up to two are waited for."""
+    from langgraph_sdk import get_sync_client
+
+    url, _ = server
+    alice, bob = (get_sync_client(url=url, headers=bearer(user)) for user in ("alice", "bob"))
+    note = {"session_id": "cron-note", "date": "2024-06-01T07:00", "messages": [{"role": "user", "content": "Repot the basil."}]}
+    threads = {"alice": alice.threads.create()["thread_id"], "bob": bob.threads.create()["thread_id"]}
+    crons = {"alice": alice.crons.create_for_thread(threads["alice"], "remember", schedule="* * * * *", input=note),
+             "bob": bob.crons.create_for_thread(threads["bob"], "remember", schedule="* * * * *",
+                                                input={**note, "session_id": "cron-bob"}, context={"user_id": "alice"})}
+    try:
+        assert {c["cron_id"] for c in bob.crons.search()} == {crons["bob"]["cron_id"]}
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not all(client.runs.list(threads[name]) for name, client in (("alice", alice), ("bob", bob))):
+            time.sleep(3)
+        status = {}
+        for name, client in (("alice", alice), ("bob", bob)):
+            run = client.runs.list(threads[name])[0]
+            client.runs.join(threads[name], run["run_id"])
+            status[name] = client.runs.get(threads[name], run["run_id"])["status"]
+    finally:
+        alice.crons.delete(crons["alice"]["cron_id"])
+        bob.crons.delete(crons["bob"]["cron_id"])
+    assert status == {"alice": "success", "bob": "error"}
+    listed = alice.runs.wait(None, "sessions", input={}, context={})["sessions"]
+    assert "cron-note" in {s["session_id"] for s in listed} and "cron-bob" not in {s["session_id"] for s in listed}
