@@ -9,8 +9,8 @@ from graph_helpers import BAD, ScriptedChatModel, clean_environment, run_graph
 from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
 from apdmem.nodes import policy
-from apdmem.nodes.decompose import events
 from apdmem.nodes.answer import QUOTED, UNCLEAR
+from apdmem.nodes.decompose import events
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
 
