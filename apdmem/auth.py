@@ -3,9 +3,9 @@
 With ``APDMEM_AUTH_SECRET`` set in the server's environment, every request must carry
 ``Authorization: Bearer <token>``, a token made by `make_token` (``apdmem token USER``) with the same secret.
 The token's user is the run's identity: the graph reads that user's memory whatever the run's context
-claims, and a client sees only the threads it created. Nothing else gets in: LangGraph Studio's LangSmith
-login is switched off (``disable_studio_auth`` in langgraph.json), and every resource apdmem does not use
-(crons, the server's own store, writes to assistants) is refused. Without the secret (``langgraph dev`` on a
+claims, and a client sees only the threads and crons it created. Nothing else gets in: LangGraph Studio's
+LangSmith login is switched off (``disable_studio_auth`` in langgraph.json), and what apdmem does not use (the
+server's own store, writes to assistants) is refused. Without the secret (``langgraph dev`` on a
 laptop), requests are anonymous and the run's ``user_id`` is trusted.
 
 A token lives at most `MAX_DAYS` and carries the time it was issued. ``APDMEM_AUTH_NOT_BEFORE`` in the
@@ -38,7 +38,6 @@ SECRET_ENV = "APDMEM_AUTH_SECRET"
 NOT_BEFORE_ENV = "APDMEM_AUTH_NOT_BEFORE"
 MAX_DAYS = 365  # a token is a password: a leaked one stops working within a year even if nobody revokes it
 _VERSION = "apdmem2"  # "apdmem1" tokens (no issue time, no lifetime cap) are refused
-TOKEN_USER = "apdmem-token"  # the mark `authenticate` puts on the users it made
 _CLOCK_SKEW = 300  # seconds a token's issue time may lie ahead of the server's clock
 
 
@@ -131,20 +130,21 @@ async def authenticate(authorization: str | None) -> Auth.types.MinimalUserDict:
     user = verify_token(token.strip(), os.environ[SECRET_ENV], revoked) if scheme.lower() == "bearer" else None
     if user is None:
         raise Auth.exceptions.HTTPException(status_code=401, detail="missing, invalid, expired or revoked apdmem token")
-    return {"identity": user, "kind": TOKEN_USER}
+    return {"identity": user}
 
 
 def token_user(user) -> str | None:
-    """The user id of a request or run user that `authenticate` made from an apdmem token, else None.
+    """The user id of a request's or run's user when it is one `authenticate` made from an apdmem token (or the
+    server rebuilt from one, as for a cron's runs), else None.
 
-    Any other user has no identity here: LangGraph Studio's LangSmith login (switched off by
-    ``disable_studio_auth`` in langgraph.json; this is the second lock should a deployment switch it back
-    on), the anonymous user, a user the server rebuilt from a stored run without our mark.
+    With this module as the server's auth handler, the only other users are the anonymous one and LangGraph
+    Studio's LangSmith login (switched off by ``disable_studio_auth`` in langgraph.json; refused here too,
+    should a deployment switch it back on, also in the dict form a stored run keeps it in).
     """
     if user is None or isinstance(user, StudioUser) or not getattr(user, "is_authenticated", False):
         return None
     kind = user.get("kind") if callable(getattr(user, "get", None)) else None
-    return user.identity if kind == TOKEN_USER else None
+    return None if kind == "StudioUser" else user.identity
 
 
 def _token_user(ctx: Auth.types.AuthContext) -> bool:
@@ -153,8 +153,8 @@ def _token_user(ctx: Auth.types.AuthContext) -> bool:
 
 @auth.on
 async def deny_the_rest(ctx: Auth.types.AuthContext, value: dict):
-    """With auth on, what apdmem does not use is refused: crons (a run nobody asked for in that moment), the
-    server's own store (apdmem keeps memories in its own), and any resource a newer server adds."""
+    """With auth on, what apdmem does not use is refused: the server's own store (apdmem keeps memories in its
+    own) and any resource a newer server adds."""
     return None if not auth_on() else False
 
 
@@ -168,9 +168,11 @@ async def shared_assistants(ctx: Auth.types.AuthContext, value: dict):
 
 
 @auth.on.threads
-async def own_threads(ctx: Auth.types.AuthContext, value: dict):
-    """A thread (with its runs and their state: answers, evidence) is seen only by the user who created it;
-    what a user creates (threads, runs and the temporary threads of stateless runs) is marked as theirs."""
+@auth.on.crons
+async def owned(ctx: Auth.types.AuthContext, value: dict):
+    """A thread (with its runs and their state: answers, evidence) or a cron is seen only by the user who
+    created it; what a user creates (threads, runs, the temporary threads of stateless runs, crons) is marked as
+    theirs. A cron's runs act as that user."""
     if not auth_on():
         return None
     if not _token_user(ctx):

@@ -255,6 +255,13 @@ def positive(text: str) -> int:
     return value
 
 
+def location(text: str) -> str:
+    """An argparse type: a store location given explicitly, never empty (an empty one is not "the default")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the store location is empty: give a directory or a postgresql:// URL")
+    return text
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors in one line (exit code 2), like every other error of the command line."""
 
@@ -266,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="apdmem", description=__doc__)
     # Options left unset are resolved by `Settings` / `Context` (see `_resolve`): the defaults named below.
     where = Parser(add_help=False)
-    where.add_argument("--store", "--memory-dir", dest="store", default=None,
+    where.add_argument("--store", "--memory-dir", dest="store", default=None, type=location,
                        help="where memories live: a directory or a postgresql:// URL (default $APDMEM_STORE, else "
                             "$APDMEM_MEMORY_DIR, else ~/.apdmem)")
     models = Parser(add_help=False)

@@ -103,6 +103,40 @@ def test_a_malformed_not_before_admits_nobody(monkeypatch):
     assert refused.value.status_code == 401 and NOT_BEFORE_ENV in refused.value.detail
 
 
+class StoredUser(dict):
+    """A user as the server rebuilds it from a stored run or cron: a dict with attribute access."""
+
+    identity = property(lambda self: self["identity"])
+    is_authenticated = property(lambda self: self.get("is_authenticated", True))
+
+
+def test_a_studio_user_has_no_identity_with_auth_on(monkeypatch):
+    """The second lock behind `disable_studio_auth`: Studio's user (the object, or the dict a stored run keeps)
+    is nobody to the handlers and to the graphs; a token's user (or a cron's, rebuilt from its id) is itself."""
+    from langgraph.runtime import Runtime, ServerInfo
+    from langgraph_sdk.auth.types import StudioUser
+
+    from apdmem.auth import token_user
+    from apdmem.graph import Context
+    from apdmem.nodes.common import authenticated_user, open_memory
+
+    studio = [StudioUser("langgraph-studio-user", is_authenticated=True),
+              StoredUser(kind="StudioUser", identity="langgraph-studio-user")]
+    assert [token_user(u) for u in studio] == [None, None]
+    assert token_user(StoredUser(identity="alice")) == "alice" and token_user(StoredUser(identity="x", is_authenticated=False)) is None
+
+    def runtime(user):
+        return Runtime(context=Context(user_id="alice"), server_info=ServerInfo(assistant_id="a", graph_id="apdmem", user=user))
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    for user in [*studio, None]:
+        with pytest.raises(ConfigError, match="carries no apdmem token's user"):
+            open_memory(runtime(user), settings=None)  # refused before any store is opened
+    assert authenticated_user(runtime(StoredUser(identity="alice"))) == "alice"
+    monkeypatch.delenv(SECRET_ENV)
+    assert all(authenticated_user(runtime(user)) is None for user in studio)  # a laptop server: the context names the user
+
+
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("APDMEM_")}
     return subprocess.run([sys.executable, "-m", "apdmem.cli", *args], cwd=ROOT, capture_output=True, text=True,
@@ -157,6 +191,12 @@ def probes(thread: str) -> list[tuple[str, str, dict | None]]:
         ("POST", "/runs/wait", run),
         ("POST", "/store/items/search", {"namespace_prefix": []}),
         ("POST", "/store/namespaces", {}),
+        # the service graphs, which read and write memory through the same identity check
+        ("POST", "/runs/wait", {"assistant_id": "sessions", "input": {}, "context": {"user_id": "alice"}}),
+        ("POST", "/runs/wait", {"assistant_id": "forget", "input": {"session_ids": ["s-dog"]}, "context": {"user_id": "alice"}}),
+        ("POST", "/runs/wait", {"assistant_id": "remember", "context": {"user_id": "alice"},
+                                "input": {"session_id": "planted", "messages": [{"role": "user", "content": "My dog is Rex."}]}}),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
     ]
 
 
@@ -195,6 +235,13 @@ def test_a_token_reaches_only_its_own_threads(server):
         # bob naming alice in a run of his own is refused inside the graph, with nothing of hers
         response = bob.post("/runs/wait", json=probes(thread)[6][2])
         assert "cannot read the memory of 'alice'" in response.text and not any(w in response.text for w in MEMORY_WORDS)
+        # nor can he list, forget or write her sessions through the service graphs
+        for graph, body in (("sessions", {}), ("forget", {"session_ids": ["s-dog"]}),
+                            ("remember", {"session_id": "planted", "messages": [{"role": "user", "content": "My dog is Rex."}]})):
+            response = bob.post("/runs/wait", json={"assistant_id": graph, "input": body, "context": {"user_id": "alice"}})
+            assert "cannot read the memory of 'alice'" in response.text and "s-dog" not in response.text, (graph, response.text[:300])
+        listed = alice.post("/runs/wait", json={"assistant_id": "sessions", "input": {}, "context": {}}).json()
+        assert [s["session_id"] for s in listed["sessions"]] == ["s-hiking", "s-dog", "s-bread", "s-job"]
         # a Studio header does not change who a token names
         studio = alice.post("/runs/wait", json=probes(thread)[6][2], headers={"x-auth-scheme": "langsmith"})
         assert studio.status_code == 200 and "Biscuit" in studio.text
@@ -202,9 +249,9 @@ def test_a_token_reaches_only_its_own_threads(server):
 
 @pytest.mark.slow
 def test_what_apdmem_does_not_use_is_refused_to_token_users(server):
-    """Assistants are read by everyone and written by nobody; crons and the server's store are refused: an
-    uncovered resource would be open to every token (langgraph-api lets unhandled ones through)."""
-    url, _ = server
+    """Assistants are read by everyone and written by nobody; the server's store is refused; crons are their
+    creator's: an uncovered resource would be open to every token (langgraph-api lets unhandled ones through)."""
+    url, thread = server
     with httpx.Client(base_url=url, headers=bearer("alice"), timeout=120) as alice:
         assistants = alice.post("/assistants/search", json={})
         assert assistants.status_code == 200 and "apdmem" in {a["graph_id"] for a in assistants.json()}
@@ -214,14 +261,13 @@ def test_what_apdmem_does_not_use_is_refused_to_token_users(server):
             alice.delete(f"/assistants/{assistants.json()[0]['assistant_id']}"),
             alice.put("/store/items", json={"namespace": ["alice"], "key": "k", "value": {"v": 1}}),
             alice.post("/store/items/search", json={"namespace_prefix": []}),
-            alice.post("/runs/crons", json={"assistant_id": "apdmem", "schedule": "* * * * *",
-                                            "input": {"question": QUESTION}}),
         ]
-        for response in refused:
-            assert response.status_code in (403, 404, 405, 422) and response.status_code != 200, \
-                (response.request.method, response.request.url.path, response.status_code, response.text[:300])
-        assert [r.status_code for r in refused[:5]] == [403] * 5
+        assert [r.status_code for r in refused] == [403] * 5, [(r.request.url.path, r.status_code, r.text[:200]) for r in refused]
         assert alice.post("/assistants/search", json={}).json() == assistants.json()  # nothing was changed
+    with httpx.Client(base_url=url, headers=bearer("bob"), timeout=120) as bob:
+        # crons are their creator's (the service graphs may be scheduled): none on another user's thread
+        cron = bob.post(f"/threads/{thread}/runs/crons", json={"assistant_id": "sessions", "schedule": "0 0 1 1 *", "input": {}})
+        assert cron.status_code == 404 and bob.post("/runs/crons/search", json={}).json() == []
 
 
 @pytest.mark.slow
@@ -237,3 +283,34 @@ def test_the_server_answers_a_2000_word_question(server):
     out = response.json()
     assert "__error__" not in out and isinstance(out.get("answer"), str) and out["answer"].strip(), str(out)[-2000:]
     assert out["evidence"] and {e["session_id"] for e in out["evidence"]} <= {"s-hiking", "s-dog", "s-bread", "s-job"}
+
+
+@pytest.mark.slow
+def test_a_cron_is_its_creators_and_runs_as_them(server):
+    """Last in the module (it writes a session into alice's memory). alice's cron writes her memory and only
+    she sees it; bob's cron naming alice fails in the graph. Crons fire on the minute: up to two are waited for."""
+    from langgraph_sdk import get_sync_client
+
+    url, _ = server
+    alice, bob = (get_sync_client(url=url, headers=bearer(user)) for user in ("alice", "bob"))
+    note = {"session_id": "cron-note", "date": "2024-06-01T07:00", "messages": [{"role": "user", "content": "Repot the basil."}]}
+    threads = {"alice": alice.threads.create()["thread_id"], "bob": bob.threads.create()["thread_id"]}
+    crons = {"alice": alice.crons.create_for_thread(threads["alice"], "remember", schedule="* * * * *", input=note),
+             "bob": bob.crons.create_for_thread(threads["bob"], "remember", schedule="* * * * *",
+                                                input={**note, "session_id": "cron-bob"}, context={"user_id": "alice"})}
+    try:
+        assert {c["cron_id"] for c in bob.crons.search()} == {crons["bob"]["cron_id"]}
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not all(client.runs.list(threads[name]) for name, client in (("alice", alice), ("bob", bob))):
+            time.sleep(3)
+        status = {}
+        for name, client in (("alice", alice), ("bob", bob)):
+            run = client.runs.list(threads[name])[0]
+            client.runs.join(threads[name], run["run_id"])
+            status[name] = client.runs.get(threads[name], run["run_id"])["status"]
+    finally:
+        alice.crons.delete(crons["alice"]["cron_id"])
+        bob.crons.delete(crons["bob"]["cron_id"])
+    assert status == {"alice": "success", "bob": "error"}
+    listed = alice.runs.wait(None, "sessions", input={}, context={})["sessions"]
+    assert "cron-note" in {s["session_id"] for s in listed} and "cron-bob" not in {s["session_id"] for s in listed}

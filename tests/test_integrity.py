@@ -764,11 +764,19 @@ def test_migrate_from_postgres_refuses_a_traversal_namespace_and_changes_nothing
     manifest = json.loads(UserStore(open_store(postgres_url), "alice").get("manifest.json"))
     sql(postgres_url, "INSERT INTO langchain_key_value_stores (namespace, key, value) VALUES (:ns, 'manifest.json', :v)",
         ns="users/zz/../bob", v=json.dumps({**manifest, "user_id": "bob", "sessions": {}}).encode())
+    sql(postgres_url, "INSERT INTO langchain_key_value_stores (namespace, key, value) VALUES ('users/alice', :k, 'planted')",
+        k="sessions/s-dog/../../../bob/sessions/b-1/L3.md")  # a key of alice's that names a path out of her folder
     before, source = files(target), snapshot(postgres_url)
     result = cli(capsys, "migrate", "--from", postgres_url, "--to", str(target), "--quiet")
     assert one_line_error(*result) and "nothing was copied" in result[2], result
     assert files(target) == before and snapshot(postgres_url) == source
     assert listed(capsys, target, "bob")[1] == ["b-1"]
+    sql(postgres_url, "DELETE FROM langchain_key_value_stores WHERE namespace = 'users/zz/../bob'")
+    code, out, err = cli(capsys, "migrate", "--from", postgres_url, "--to", str(target), "--quiet")
+    assert code == 0 and out.startswith("alice: ") and "verified" in out and "1 user(s) copied" in out, err
+    assert {k: v for k, v in files(target).items() if k.startswith("users/bob/")} == before  # only alice was written
+    assert listed(capsys, target)[1] == list(HISTORY) and listed(capsys, target, "bob")[1] == ["b-1"]
+    assert b"planted" not in b"".join(p.read_bytes() for p in target.rglob("*") if p.is_file())
 
 
 HOSTILE_SOURCES = {

@@ -57,6 +57,17 @@ def test_the_cross_encoder_reads_the_head_of_a_long_query():
     assert np.isfinite(both_long)
 
 
+def test_memory_search_and_the_tools_take_lone_surrogates(make_memory, history):
+    """Python callers and agents' tool calls reach `Memory.search` without the CLI or the graph in between."""
+    from apdmem.tools import make_memory_tools
+
+    memory = make_memory()
+    memory.ingest(history)
+    assert memory.search("my beagle Biscuit \udcff", k=1)[0].metadata["session_id"] == "s-dog"
+    search_tool = next(t for t in make_memory_tools(memory) if t.name == "search_memory")
+    assert "s-dog" in str(search_tool.invoke({"query": "my beagle Biscuit \ud800"}))
+
+
 def test_cli_search_with_invalid_utf8_bytes(tmp_path, history):
     store = tmp_path / "mem"
     Memory("alice", store=str(store), l0_mode="raw").ingest(history)

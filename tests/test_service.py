@@ -228,7 +228,7 @@ def test_an_agent_saves_its_thread_and_a_stated_fact_and_a_later_question_finds_
     thread = {"configurable": {"thread_id": "t1"}}
     agent.invoke({"messages": [HumanMessage("Big news: " + fact)]}, thread)
     tool_reply = next(m for m in agent.get_state(thread).values["messages"] if isinstance(m, ToolMessage))
-    assert tool_reply.content.startswith("saved to memory as session fact-")
+    assert tool_reply.content.startswith("Saved to memory as session fact-")
     assert "thread-t1" in memory.session_ids()
     assert [t.role for t in memory.session("thread-t1").turns] == ["user", "assistant"]  # no tool call, no tool result
     agent.invoke({"messages": [HumanMessage("I also started learning Portuguese on Duolingo.")]}, thread)
@@ -270,15 +270,31 @@ def test_conversation_keeps_what_was_said():
 
 def test_the_remember_fact_tool_returns_what_went_wrong(make_memory):
     tool = make_remember_tool(make_memory())
-    assert tool.invoke({"fact": "  "}).startswith("not saved: the fact is empty")
+    assert tool.invoke({"fact": "  "}).startswith("Not saved: the fact is empty")
 
 
 def test_without_server_auth_the_run_context_names_the_user(tmp_path, history, monkeypatch):
     clean_environment(monkeypatch)
     settings = Settings(store=str(tmp_path / "mem"))
-    remember_graph.invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob", settings=settings))
-    assert sessions_graph.invoke({}, context=Context(user_id="bob", settings=settings))["sessions"][0]["session_id"] == "s-hiking"
-    assert sessions_graph.invoke({}, context=Context(user_id="alice", settings=settings)) == {"sessions": []}
+    graphs = {name: build_service_graph(name, settings=settings) for name in SERVICE_GRAPHS}
+    graphs["remember"].invoke({"sessions": [record(history[0])]}, context=Context(user_id="bob"))
+    assert graphs["sessions"].invoke({}, context=Context(user_id="bob"))["sessions"][0]["session_id"] == "s-hiking"
+    assert graphs["sessions"].invoke({}, context=Context(user_id="alice")) == {"sessions": []}
     with pytest.raises(UnknownSessionError):
-        forget_graph.invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice", settings=settings))
+        graphs["forget"].invoke({"session_ids": ["s-hiking"]}, context=Context(user_id="alice"))
     assert settings.open_memory("bob").session_ids() == ["s-hiking"]
+
+
+def test_an_extended_session_summarizes_only_its_new_windows(make_memory):
+    summaries = [lambda prompt: {"summary": "A window of the dog conversation.", "keywords": ["dog"], "tags": []}] * 20
+    model = ScriptedChatModel(script={"WindowSummary": summaries})
+    memory = make_memory(chat_model=model, l0_mode="llm")
+    texts = HISTORY["s-dog"][1]
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+    memory.remember(messages[:4], session_id="s-dog", date="2024-03-10T18:30")
+    assert len(model.prompts_of("WindowSummary")) == 1  # one window: turns 1-4
+    memory.remember(messages, session_id="s-dog")
+    assert len(model.prompts_of("WindowSummary")) == 2  # turns 3-6 only: the window of turns 1-4 was kept
+    assert [(u.start, u.end) for u in memory.units("s-dog")] == [(0, 4), (2, 6)]
+    memory.remember(messages, session_id="s-dog", date="2024-03-11T08:00")
+    assert len(model.prompts_of("WindowSummary")) == 4  # another date: every window summarized again

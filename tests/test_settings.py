@@ -13,6 +13,7 @@ from graph_helpers import clean_environment
 from apdmem import Context, Memory, Settings, build_graph
 from apdmem.errors import ConfigError
 from apdmem.eval.longmemeval import disclose
+from apdmem.memory.backends import open_store
 from apdmem.tools import make_memory_tools
 
 # The controller without model calls: one search, then the raw messages of what stands out (embeddings and the
@@ -79,6 +80,8 @@ def test_settings_resolve_each_field_once(monkeypatch, tmp_path):
     settings = Settings()
     assert (settings.store, settings.controller_model, settings.generator_model, settings.base_url, settings.l0_mode) == (
         "postgresql://apdmem@db/apdmem", "openai:gpt-4.1-mini", "openai:gpt-4.1-mini", "http://127.0.0.1:9/v1", "auto")
+    monkeypatch.setenv("APDMEM_STORE", str(tmp_path / "s0"))
+    assert open_store().root_path == tmp_path / "s0"  # the store's own default is the same resolution
     # What is passed in wins over the environment, even a value equal to the default.
     explicit = Settings(store=str(tmp_path / "s"), chat_model="local", base_url="http://127.0.0.1:8/v1")
     assert (explicit.store, explicit.chat_model, explicit.base_url) == (str(tmp_path / "s"), "local", "http://127.0.0.1:8/v1")

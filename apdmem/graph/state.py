@@ -5,6 +5,8 @@ from __future__ import annotations
 import operator
 from typing import Annotated
 
+from pydantic import Field
+
 # Pydantic (which builds the JSON schemas LangGraph Studio shows) reads TypedDicts of `typing_extensions` only,
 # on Python < 3.12.
 from typing_extensions import TypedDict
@@ -51,8 +53,10 @@ def add_usage(left: dict[str, dict], right: dict[str, dict]) -> dict[str, dict]:
 
 
 class InputState(TypedDict, total=False):
-    question: str
-    question_date: str  # e.g. "2023/05/30 (Tue) 23:40" or ISO 8601; default: now
+    # The descriptions are what Studio and MCP clients show (LangGraph Server serves the graph as an MCP tool).
+    question: Annotated[str, Field(description="The question about the user's past conversations.")]
+    question_date: Annotated[str, Field(description="When the question is asked, for relative dates ('last week'): "
+                                                    "ISO 8601 or e.g. '2023/05/30 (Tue) 23:40'; default: now.")]
 
 
 class OutputState(TypedDict, total=False):

@@ -13,7 +13,8 @@ from pathlib import Path
 from langchain_core.stores import BaseStore
 
 from apdmem.errors import ConfigError
-from apdmem.memory.store import AtomicFileStore, LockedStore, MemoryStore, default_memory_dir
+from apdmem.memory.store import AtomicFileStore, LockedStore, MemoryStore
+from apdmem.settings import Settings
 
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -22,7 +23,8 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 def open_store(location: str | os.PathLike | BaseStore | None = None, *, existing: bool = False) -> MemoryStore:
     """The store at `location`: ``postgresql://user:password@host:port/database``; a directory (or a
-    ``file://`` URL) of atomic files, by default the memory directory; or a store object, used as it is
+    ``file://`` URL) of atomic files; by default (None) where `Settings` says (``APDMEM_STORE``, else
+    ``APDMEM_MEMORY_DIR``, else ``~/.apdmem``); or a store object, used as it is
     (a LangChain byte store gets process-local writer locks). A PostgreSQL store (its connection pool) is
     shared within the process. Opening creates nothing: a directory is made by the first write. With
     ``existing=True`` (a source to read from), a directory that does not exist is an error.
@@ -34,21 +36,20 @@ def open_store(location: str | os.PathLike | BaseStore | None = None, *, existin
         return location
     if isinstance(location, BaseStore):
         return LockedStore(location)
-    if location is None:
-        root = default_memory_dir()
-    else:
-        text = os.fspath(location) if isinstance(location, os.PathLike) else str(location)
-        if not text.strip():
-            raise ConfigError("the store location is empty: give a directory or a postgresql:// URL")
-        scheme = _SCHEME.match(text)
-        if scheme and scheme[1].lower() in POSTGRES_SCHEMES:
-            from apdmem.memory.postgres import open_postgres  # on demand: SQLAlchemy is slow to import
+    if location is None:  # where `Settings` says memories live (APDMEM_STORE ..., ~/.apdmem), as for everything else
+        return open_store(Settings().store, existing=existing)
+    text = os.fspath(location) if isinstance(location, os.PathLike) else str(location)
+    if not text.strip():
+        raise ConfigError("the store location is empty: give a directory or a postgresql:// URL")
+    scheme = _SCHEME.match(text)
+    if scheme and scheme[1].lower() in POSTGRES_SCHEMES:
+        from apdmem.memory.postgres import open_postgres  # on demand: SQLAlchemy is slow to import
 
-            return open_postgres(text)
-        if scheme and scheme[1].lower() != "file":
-            raise ConfigError(f"unknown store URL scheme {scheme[1]!r}: use a directory, a file:// URL or a "
-                              "postgresql:// URL")
-        root = Path(text[len("file://") :] if scheme else text)
+        return open_postgres(text)
+    if scheme and scheme[1].lower() != "file":
+        raise ConfigError(f"unknown store URL scheme {scheme[1]!r}: use a directory, a file:// URL or a "
+                          "postgresql:// URL")
+    root = Path(text[len("file://") :] if scheme else text)
     if root.exists() and not root.is_dir():
         raise ConfigError(f"memory directory {str(root)!r} is a file, not a directory")
     if existing and not root.is_dir():

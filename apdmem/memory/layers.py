@@ -136,12 +136,15 @@ def build_units(
     stride: int = 2,
     concurrency: int = 4,
     progress: bool = False,
+    known: dict[tuple[str, int, int], Unit] | None = None,
 ) -> tuple[dict[str, list[Unit]], Usage]:
-    """L0 units for each session. In "llm" mode windows are summarized concurrently (bounded)."""
+    """L0 units for each session. In "llm" mode windows are summarized concurrently (bounded). Units in
+    `known`, by (session id, start, end), are used as they are (a stored session's windows that did not change)."""
     if mode not in ("llm", "raw"):
         raise ValueError(f"unknown l0_mode {mode!r}: use 'llm' or 'raw'")
-    usage = Usage()
-    jobs = [(s, a, b) for s in sessions for a, b in window_spans(len(s.turns), window, stride)]
+    usage, known = Usage(), known or {}
+    spans = {s.session_id: window_spans(len(s.turns), window, stride) for s in sessions}
+    jobs = [(s, a, b) for s in sessions for a, b in spans[s.session_id] if (s.session_id, a, b) not in known]
     bar = tqdm(total=len(jobs), desc="L0 units", unit="window", disable=not progress or mode == "raw")
     if mode == "raw":
         units = [raw_unit(*job) for job in jobs]
@@ -155,9 +158,8 @@ def build_units(
         with ContextThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
             units = list(pool.map(run, jobs))
     bar.close()
-    by_session: dict[str, list[Unit]] = {s.session_id: [] for s in sessions}
-    for unit in units:
-        by_session[unit.session_id].append(unit)
+    made = {(u.session_id, u.start, u.end): u for u in units}
+    by_session = {sid: [known.get((sid, a, b)) or made[(sid, a, b)] for a, b in windows] for sid, windows in spans.items()}
     return by_session, usage
 
 

@@ -25,7 +25,7 @@ from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
-from apdmem.memory.records import Session, Unit, Usage, check_id
+from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.generations import Generations, key, listing
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.store import UserStore, session_key
@@ -169,8 +169,10 @@ class Memory:
     def _build(self, sessions: list[Session], spent: Usage) -> list[tuple[Session, list[Unit], np.ndarray]]:
         """Units and their vectors (the slow part, done without the lock); model tokens are added to `spent`."""
         model = self.chat_model if self.l0_mode == "llm" else None
+        known = self._valid_units(sessions) if model is not None else {}  # raw units cost no model call
         units, usage = layers.build_units(
-            sessions, mode=self.l0_mode, model=model, window=self.window, stride=self.stride, concurrency=self.concurrency
+            sessions, mode=self.l0_mode, model=model, window=self.window, stride=self.stride, concurrency=self.concurrency,
+            known=known,
         )
         for total in (self.usage, spent):
             total.merge(usage)
@@ -221,6 +223,31 @@ class Memory:
             return {}
         cached = _notes_from(self.store.get_json(key(session.session_id, "L2.json")), len(old.turns))
         return {t: notes for t, notes in cached.items() if t < len(session.turns) and session.turns[t] == old.turns[t]}
+
+    def _valid_units(self, sessions: list[Session]) -> dict[tuple[str, int, int], Unit]:
+        """The stored L0 units that still hold for new versions of stored sessions: windows of turns unchanged at
+        the same place, the date unchanged too (a summary is made from them), so that a session extended by new
+        turns has only its new windows summarized. Read without the lock: a session is read before and after its
+        units, which are kept only if it did not change meanwhile (a writer stores a session's units first)."""
+        known = {}
+        for session in sessions:
+            if session.session_id not in self.manifest["sessions"]:
+                continue
+            folder = session_key(session.session_id)
+            old = self.generations.stored_session(folder)
+            if old is None or old.date != session.date:
+                continue
+            try:
+                units = [Unit.from_json(u) for u in self.store.get_json(key(session.session_id, "L0.json"))]
+            except (ValueError, TypeError, RecursionError):
+                continue
+            if self.generations.stored_session(folder) != old:
+                continue
+            for unit in units:
+                if unit.session_id == session.session_id and session.turns[unit.start : unit.end] == old.turns[unit.start : unit.end] \
+                        and unit.end <= min(len(old.turns), len(session.turns)):
+                    known[(session.session_id, unit.start, unit.end)] = unit
+        return known
 
     def remember(self, messages, *, session_id: str, date: datetime | str | None = None) -> IngestReport:
         """Store one conversation (LangChain messages, or ``{"role", "content"}`` dicts as in the generic
@@ -287,7 +314,7 @@ class Memory:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         queries = [query] if isinstance(query, str) else list(query)
-        queries = [q for q in queries if q.strip()]
+        queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
         generation = self.generations.current  # one generation for the whole search, whatever writers do meanwhile
         if not generation.manifest["sessions"]:

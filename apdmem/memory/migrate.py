@@ -105,7 +105,7 @@ def _read_user(source, name: str) -> _Read:
             raise ConfigError(f"source user {user_id!r} cannot be read whole ({exc}); open it with apdmem to repair "
                               "it, then migrate again; nothing was copied") from None
         keys = [k for sid in generation.manifest["sessions"] for k in store.keys(f"sessions/{session_key(sid)}/")
-                if SESSION_FILES.match(k.rsplit("/", 1)[-1])]
+                if len(k.split("/")) == 3 and SESSION_FILES.match(k.split("/")[2])]  # a layer file, nothing else
         if generation.raw is not None and generation.manifest["sessions"]:
             keys += [f"index/{generation.number}/units.json", f"index/{generation.number}/vectors.f32"]
         values = dict(zip(keys, store.get_many(keys)))

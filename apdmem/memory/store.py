@@ -29,15 +29,9 @@ from langchain_core.stores import BaseStore, InMemoryByteStore
 from apdmem.errors import StoreError
 from apdmem.memory.records import check_id
 
-MEMORY_DIR_ENV = "APDMEM_MEMORY_DIR"
 log = logging.getLogger("apdmem")
 TEMPORARY_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
-
-
-def default_memory_dir() -> Path:
-    """The memory directory: ``$APDMEM_MEMORY_DIR``, else ``~/.apdmem``."""
-    return Path(os.environ.get(MEMORY_DIR_ENV) or Path.home() / ".apdmem")
 
 
 class MemoryStore:

@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.config import get_config
 
 from apdmem.errors import ApdmemError
@@ -103,7 +103,8 @@ def remember_fact(memory, fact: str) -> str:
 
 
 def make_remember_tool(memory) -> BaseTool:
-    """The `remember_fact` tool over one user's memory, for any agent (beside `make_memory_tools(memory)`)."""
+    """The `remember_fact` tool over one user's memory, for any agent (beside `make_memory_tools(memory)`). As
+    those tools do, it answers a bad call with a message the model can act on, and never raises."""
 
     @tool("remember_fact")
     def remember_tool(fact: str) -> str:
@@ -113,7 +114,8 @@ def make_remember_tool(memory) -> BaseTool:
         try:
             session_id = remember_fact(memory, fact)
         except (ApdmemError, ValueError) as error:
-            return f"not saved: {error}"
-        return f"saved to memory as session {session_id}"
+            raise ToolException(f"Not saved: {error}") from None
+        return f"Saved to memory as session {session_id}."
 
+    remember_tool.handle_tool_error = True  # a ToolException's message is the tool's result
     return remember_tool
