@@ -10,6 +10,7 @@ from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
 from apdmem.nodes import policy
 from apdmem.nodes.answer import QUOTED, UNCLEAR
+from apdmem.nodes.decompose import events as named_events
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
 
@@ -165,7 +166,9 @@ def test_unusable_model_output_falls_back(scripted, failing):
         assert "ResolvedDates" in model.kinds() and all("Dates:" not in p for p in reflect_prompts)  # no hint
     else:
         assert 'Dates: "my birthday trip" = 2024-03-09 (Saturday)' in reflect_prompts[0]
-    assert first_search["queries"] == ([question] if failing in ("decompose", "all") else [question, "dog food"])
+    # The two events ("before") are split without the model; its sub-query is added when usable.
+    split = [question, *named_events(question)]
+    assert len(split) == 3 and first_search["queries"] == (split if failing in ("decompose", "all") else [*split, "dog food"])
     if failing in ("reflect", "all"):
         # The disclosure policy decides: it opens what it wants, reads deeper what L1 did not cover, then stops.
         assert final["usage"]["reflect"]["calls"] >= 1 and final["draft"] == ""

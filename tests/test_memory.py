@@ -21,7 +21,8 @@ from apdmem.memory import Memory, Session
 from apdmem.memory.backends import open_store
 from apdmem.memory.generations import Generations
 from apdmem.memory.store import UserStore, memory_store
-from apdmem.models import LOCAL_CHAT
+from apdmem.models import LOCAL_CHAT, get_reranker
+from apdmem.tools import search_memory
 
 NEW_DOG = ["We gave Biscuit to my parents; I now foster a greyhound called Comet.",
            "Greyhounds are gentle. How is Comet settling in?",
@@ -95,6 +96,22 @@ def test_hybrid_retriever_returns_documents(alice):
     assert first.page_content == spans[tuple(first.metadata["span"])].summary and "Biscuit" in first.page_content
     scores = [d.metadata["score"] for d in docs]
     assert all(isinstance(s, float) and s > 0 for s in scores) and scores == sorted(scores, reverse=True)
+
+
+def test_search_and_retriever_can_rescore_with_the_cross_encoder(alice):
+    """`rerank=True`: the k sessions of the first pass, rescored as the controller's searches are (same scores as
+    `search_memory` with the configured reranker); the first-pass score stays in the metadata."""
+    question = "When is my puppy's first vet appointment?"
+    first_pass = alice.search(question, k=4)
+    rescored = alice.search(question, k=4, rerank=True)
+    assert rescored == search_memory(alice, question, k=4, reranker=get_reranker())
+    assert {d.metadata["session_id"] for d in rescored} == {d.metadata["session_id"] for d in first_pass}
+    assert {d.metadata["search_score"] for d in rescored} == {d.metadata["score"] for d in first_pass}
+    assert rescored[0].metadata["session_id"] == "s-dog" and "rerank_score" in rescored[0].metadata
+    assert alice.as_retriever(k=4, rerank=True).invoke(question) == rescored
+    assert alice.as_retriever(k=4).invoke(question) == first_pass
+    with pytest.raises(ValueError, match="one query"):
+        alice.search(["dog", "vet"], rerank=True)
 
 
 # ------------------------------------------------------------------------------------ idempotence, replacement

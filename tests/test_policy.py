@@ -1,11 +1,14 @@
 """The deterministic disclosure policy: the head of a ranking, sub-query coverage, deepening what L1 did not
 cover, and stopping. Offline: a real raw-mode memory, a scripted model where layers are built."""
 
+from types import SimpleNamespace
+
 import pytest
 from graph_helpers import ScriptedChatModel, clean_environment, run_graph
 
 from apdmem.graph import Context, Settings
 from apdmem.nodes import policy
+from apdmem.nodes.decompose import decompose, events
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +107,56 @@ def test_drill_width_bounds_a_round(memory):
     state = {"question": "q", "searched": ["q"], "opened": {}, "candidates": {s: candidate(v, {"q": v}) for s, v in scores.items()}}
     assert policy.wanted(state) == ["s-dog", "s-bread", "s-job", "s-knee"]
     assert len(policy.plan(state, Context(drill_width=2))) == 2
+
+
+# --- One sub-query per event: `decompose.events` (deterministic phrasing patterns; made-up questions) ---
+
+@pytest.mark.parametrize("question, expected", [
+    # A choice: the frame with each option (quotes kept, "or" lists of three).
+    ("Which course did I start first, 'Intro to Pottery' or 'Watercolor Basics'?",
+     ["Which course did I start first 'Intro to Pottery'", "Which course did I start first 'Watercolor Basics'"]),
+    ("Who moved abroad first, Priya, Tom or Lena?",
+     ["Who moved abroad first Priya", "Who moved abroad first Tom", "Who moved abroad first Lena"]),
+    # An interval between two events: split where the second "the day" starts, else at the first "and".
+    ("How many weeks passed between the day I adopted the kitten and the day I took it to the vet?",
+     ["How many weeks passed between the day I adopted the kitten", "How many weeks passed between the day I took it to the vet"]),
+    ("What is the price difference between my road bike and the gravel bike I rented?",
+     ["What is the price difference between my road bike", "What is the price difference between the gravel bike I rented"]),
+    # Two clauses joined by when/before/after.
+    ("How long had I been learning Italian when I visited Rome?", ["How long had I been learning Italian", "I visited Rome"]),
+    ("How many days before the book fair did I finish my novel draft?",
+     ["How many days the book fair", "did I finish my novel draft"]),
+    # Time since one event: the event alone, without the interval words.
+    ("How many months ago did I repaint the garden shed?", ["repaint the garden shed"]),
+    ("How long has it been since I sold my old piano?", ["I sold my old piano"]),
+    # An aggregation or comparison over named items: the frame with each item.
+    ("What is the total cost of the tent and sleeping bag I bought?",
+     ["What is the total cost of the tent", "What is the total cost of sleeping bag I bought"]),
+    ("How much more did I pay for rent in Lisbon compared to Porto?",
+     ["How much more did I pay for rent in Lisbon", "How much more did I pay for rent in Porto"]),
+])
+def test_events_are_split_into_one_query_each(question, expected):
+    assert events(question) == expected
+
+
+@pytest.mark.parametrize("question", [
+    "What is my dog's name?",                                       # one thing
+    "Did I go to the concert with a friend or not?",                # "or not" is no choice
+    "How many pieces of clothing did I buy, return, or exchange?",  # a list of verbs, not events
+    "Where did I buy bread and cheese last week?",                  # "and" outside an aggregation
+    "How old was I when I moved?",                                  # a part naming no event ("How old was I")
+])
+def test_a_question_naming_one_thing_is_not_split(question):
+    assert events(question) == []
+
+
+def test_without_a_generative_model_the_events_are_the_decomposition():
+    question = "Which trip was first, the hike in Zion or the kayak tour in Maine?"
+    runtime = SimpleNamespace(context=Context(), stream_writer=None)
+    assert Settings().controller() is None  # the embedded default
+    out = decompose({"question": question}, runtime, settings=Settings())
+    assert out["queries"] == [question, *events(question)] and len(out["queries"]) == 3
+    capped = decompose({"question": "Who left first, Ann, Bo, Cy or Di?"}, SimpleNamespace(context=Context(max_queries=3)), settings=Settings())
+    assert len(capped["queries"]) == 3  # max_queries counts the question
+    off = decompose({"question": question}, SimpleNamespace(context=Context(decomposition=False)), settings=Settings())
+    assert off["queries"] == [question]

@@ -28,8 +28,9 @@ from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.generations import Generations, key, listing
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
+from apdmem.memory.retriever import rerank as rescore
 from apdmem.memory.store import UserStore, session_key
-from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, is_embedded
+from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded
 from apdmem.settings import L0_MODES, Settings
 
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
@@ -79,13 +80,16 @@ class Memory:
         embeddings=None,
         base_url: str | None = None,
         l0_mode: str | None = None,
+        reranker=None,
         window: int = 4,
         stride: int = 2,
         lexical: str = "auto",
         concurrency: int = 4,
     ):
         self.user_id = check_id(user_id, "user")
-        settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
+        settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode,
+                            reranker_model=reranker)
+        self._reranker_spec = settings.reranker_model  # loaded on the first `search(..., rerank=True)`
         store, chat_model, embeddings, base_url = settings.store, settings.chat_model, settings.embeddings, settings.base_url
         l0_mode = settings.l0_mode
         if l0_mode not in L0_MODES:
@@ -299,7 +303,8 @@ class Memory:
             raise UnknownSessionError(session_id)
         return session
 
-    def search(self, query: str | list[str], k: int = SEARCH_K, *, date_range=None, min_score: float | None = None) -> list[Document]:
+    def search(self, query: str | list[str], k: int = SEARCH_K, *, date_range=None, min_score: float | None = None,
+               rerank: bool = False) -> list[Document]:
         """Top-k sessions for one query or several sub-queries, each with its best L0 unit.
 
         `min_score` drops sessions scoring below it (default: none; the k best are returned however weak). The
@@ -310,9 +315,16 @@ class Memory:
 
         `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
         near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).
+
+        `rerank=True` rescores the k sessions found with the cross-encoder (`reranker`, default Settings'
+        `reranker_model`), as the controller's searches do (`retriever.rerank`): better ordering for a few hundred
+        milliseconds more per search; one query only. The score becomes a standard score (`min_score` applies
+        before, to the search score, kept as ``metadata["search_score"]``).
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        if rerank and not isinstance(query, str):
+            raise ValueError("rerank=True needs one query, not a list")
         queries = [query] if isinstance(query, str) else list(query)
         queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
@@ -335,11 +347,11 @@ class Memory:
                     metadata={"session_id": hit.session_id, "date": meta["date"], "span": [unit.start, unit.end], "score": hit.score, "keywords": unit.keywords},
                 )
             )
-        return docs
+        return rescore(queries[0], docs, get_reranker(self._reranker_spec)) if rerank and docs else docs
 
-    def as_retriever(self, k: int = SEARCH_K, *, min_score: float | None = None) -> HybridRetriever:
-        """This memory as a LangChain retriever (`k` and `min_score` as in `search`)."""
-        return HybridRetriever(memory=self, k=k, min_score=min_score)
+    def as_retriever(self, k: int = SEARCH_K, *, min_score: float | None = None, rerank: bool = False) -> HybridRetriever:
+        """This memory as a LangChain retriever (`k`, `min_score` and `rerank` as in `search`)."""
+        return HybridRetriever(memory=self, k=k, min_score=min_score, rerank=rerank)
 
     def units(self, session_id: str) -> list[Unit]:
         """L0 units of a session."""

@@ -174,6 +174,7 @@ class HybridRetriever(BaseRetriever):
     memory: Any
     k: int = SEARCH_K
     min_score: float | None = None
+    rerank: bool = False
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self.memory.search(query, k=self.k, min_score=self.min_score)
+        return self.memory.search(query, k=self.k, min_score=self.min_score, rerank=self.rerank)
