@@ -110,8 +110,9 @@ def test_graph_on_openai_compatible_server(llama_server, monkeypatch, history):
     # The spec path ("openai:<model>" through init_chat_model) with its stock options is the test above; here the
     # model waits as long as a loaded machine needs (a timed-out call would be retried, then fall back, and the
     # server would count calls the graph never received) and stops the tiny model's runaway replies.
+    # (langchain-openai sends max_tokens as max_completion_tokens, which llama.cpp's server ignores: extra_body.)
     model = ChatOpenAI(model="smollm2", base_url=base_url, api_key="not-needed", temperature=0, timeout=900,
-                       max_retries=0, max_tokens=400)
+                       max_retries=0, extra_body={"max_tokens": 200})
     memory = Memory("alice", store=memory_store(), l0_mode="raw", chat_model=model)
     memory.ingest(history)
     before = completions(log)
@@ -132,7 +133,8 @@ def test_a_non_openai_provider_string_and_a_model_object_from_python(llama_serve
     base_url, log = llama_server
     clean_environment(monkeypatch)
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-local-server")  # DeepSeek's client wants a key, even a local server's
-    builder = ChatOpenAI(model="smollm2", base_url=base_url, api_key="not-needed", temperature=0)
+    builder = ChatOpenAI(model="smollm2", base_url=base_url, api_key="not-needed", temperature=0, timeout=900,
+                         extra_body={"max_tokens": 200})
     memory = Memory("bob", store=memory_store(), l0_mode="raw", chat_model=builder)
     memory.ingest(history)
     settings = Settings(chat_model=builder, controller_model="deepseek:smollm2", generator_model="deepseek:smollm2", base_url=base_url)
