@@ -34,7 +34,8 @@ class Settings:
 
     store: Any = _setting("Where memories live: a directory or a postgresql:// URL, or a store object from Python "
                           "(also APDMEM_MEMORY_DIR; default ~/.apdmem).")
-    chat_model: Any = _setting("Model that builds the layers: L0 in llm mode, L1 facts, L2 notes (default 'local').")
+    chat_model: Any = _setting("Model that builds the layers: L0 in llm mode, L1 facts, L2 notes. Default 'local': no generative "
+                               "model (extractive layers and answers); 'local:smollm2' is the local-chat extra's SmolLM2.")
     controller_model: Any = _setting("Model for date fallback, decomposition and reflection (default: chat_model).")
     generator_model: Any = _setting("Model for organized notes and the final answer (default: chat_model).")
     embeddings: Any = _setting("Embeddings the memories are indexed with (default 'local').")
