@@ -55,8 +55,11 @@ def installed(tmp_path_factory):
                                                                 "reports", ".langgraph_api", ".apdmem"))
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, timeout=RUN_TIMEOUT)
     python = where / "venv" / "bin" / "python"
-    run = subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)], env=user_env(),
-                         capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+    for _ in range(2):  # once more after a failed download (a wheel cut short fails pip's hash check)
+        run = subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)], env=user_env(),
+                             capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+        if run.returncode == 0:
+            break
     assert run.returncode == 0, run.stderr[-3000:]
     return python, python.parent
 
