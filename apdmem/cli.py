@@ -93,14 +93,19 @@ def cmd_sessions(args) -> None:
 
 def cmd_reindex(args) -> None:
     from apdmem.memory import Memory
+    from apdmem.memory.migrate import stored_users
+    from apdmem.settings import Settings
 
-    report = Memory.reindex(args.user, store=args.store, embeddings=args.embeddings, base_url=args.base_url,
-                            progress=not args.quiet)
-    if report.reindexed:
-        print(f"user {args.user!r}: {report.sessions} sessions, {report.units} L0 units re-embedded with {report.space!r} "
-              f"(was {report.recorded!r}) in {report.seconds:.1f}s")
-    else:
-        print(f"user {args.user!r}: already embedded with {report.space!r}; nothing to do")
+    for user in stored_users(Settings(store=args.store).store) if args.all_users else [args.user]:
+        report = Memory.reindex(user, store=args.store, embeddings=args.embeddings, base_url=args.base_url,
+                                progress=not args.quiet)
+        if report.reindexed:
+            print(f"user {user!r}: {report.sessions} sessions, {report.units} L0 units re-embedded with {report.space!r} "
+                  f"(was {report.recorded!r}) in {report.seconds:.1f}s", flush=True)
+        elif report.recorded is None:
+            print(f"user {user!r}: no memory in this store; nothing to do", flush=True)
+        else:
+            print(f"user {user!r}: already embedded with {report.space!r}; nothing to do", flush=True)
 
 
 def cmd_migrate(args) -> None:
@@ -353,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser("reindex", parents=[common, user],
                        help="re-embed a user's memory with the configured --embeddings (after changing them)")
+    p.add_argument("--all-users", action="store_true", help="every user with a memory in the store, instead of --user")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reindex)
     p = sub.add_parser("migrate", help="copy memories from one store to another (e.g. into PostgreSQL) and check the copy")

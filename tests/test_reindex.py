@@ -122,6 +122,19 @@ def test_reindex_re_embeds_every_unit_and_keeps_every_layer(stored, capsys):
     assert Memory("alice", store=stored).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
 
 
+def test_reindex_all_users_re_embeds_each_and_a_user_without_memory_is_left_alone(stored, history, capsys):
+    Memory("bob", store=stored, l0_mode="raw").ingest(history[:2])
+    code, out, err = cli(capsys, "reindex", "--all-users", "--store", stored, "--embeddings", BGE, "--quiet")
+    assert code == 0, err
+    assert [line.split(":")[0] for line in out.splitlines()] == ["user 'alice'", "user 'bob'"]
+    assert "user 'bob': 2 sessions, 4 L0 units re-embedded with 'local:bge-small' (was 'local:minilm')" in out
+    assert Memory("bob", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+    before = snapshot(stored)
+    code, out, err = cli(capsys, "reindex", "--user", "nobody", "--store", stored, "--embeddings", BGE)
+    assert (code, out) == (0, "user 'nobody': no memory in this store; nothing to do\n") and "no memory" in err
+    assert snapshot(stored) == before  # nothing created for nobody
+
+
 @pytest.mark.parametrize("legacy", ["local", json.dumps(["local", "http://127.0.0.1:9/v1"])])
 def test_a_memory_recording_the_old_name_local_is_read_as_minilm(stored, legacy, capsys):
     user = UserStore(open_store(stored), "alice")

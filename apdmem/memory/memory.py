@@ -54,8 +54,9 @@ class IngestReport:
 
 @dataclass
 class ReindexReport:
-    """What a `Memory.reindex` call did: the space the memory was embedded with (`recorded`, by today's names) and
-    the one it is now (`space`); nothing was done when they were the same (`reindexed` False)."""
+    """What a `Memory.reindex` call did: the space the memory was embedded with (`recorded`, by today's names; None
+    when the user has no memory) and the one it is now (`space`); nothing was done when they were the same
+    (`reindexed` False)."""
 
     recorded: object
     space: str
@@ -286,7 +287,7 @@ class Memory:
         started = time.perf_counter()
         memory = cls(user_id, _reindexing=True, **options)
         generations = memory.generations
-        report = ReindexReport(recorded_space(memory.manifest.get("embeddings")), generations.space)
+        report = ReindexReport(None, generations.space)
         if generations.current.raw is None:
             memory._say_empty()  # nothing stored: nothing to take the lock for
             return report
