@@ -66,13 +66,16 @@ def test_the_embedded_models_name_their_spaces():
     assert float(np.min(np.sum(minilm * bge, axis=1))) < 0.5  # two spaces, not one model under two names
 
 
-def test_a_memory_of_another_space_is_refused_in_one_line_and_nothing_changes(stored, capsys):
+def test_a_memory_of_another_space_is_refused_in_one_line_and_nothing_changes(stored, capsys, tmp_path):
     before = snapshot(stored, "alice")
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps([{"session_id": "s-new", "date": "2024-07-01T10:00",
+                                "messages": [{"role": "user", "content": "I moved to Lisbon."}]}]))
     refusal = REFUSAL.format(recorded="local:minilm", configured=BGE)
     with pytest.raises(OtherSpaceError) as caught:
         Memory("alice", store=stored, embeddings=BGE)
     assert str(caught.value) == refusal
-    for command in (["search", "my dog"], ["show", "s-dog"], ["sessions"], ["forget", "s-dog"],
+    for command in (["search", "my dog"], ["show", "s-dog"], ["sessions"], ["forget", "s-dog"], ["ingest", str(new)],
                     ["ask", "What is my dog's name?", "--no-reflection"]):
         code, out, err = cli(capsys, *command, "--user", "alice", "--store", stored, "--embeddings", BGE)
         assert (code, out, err) == (2, "", f"apdmem: error: {refusal}\n"), command
