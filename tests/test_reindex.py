@@ -56,6 +56,7 @@ def test_the_embedded_models_name_their_spaces():
     assert embeddings_id("local") == embeddings_id("local:minilm") == "local:minilm"
     assert embeddings_id(BGE, "http://127.0.0.1:9/v1") == BGE  # the server is the providers', not the embedded models'
     assert get_embeddings("local") is get_embeddings("local:minilm")  # one model under both names
+    assert embeddings_id(get_embeddings(BGE)) == BGE  # an embedded model passed as an object is in its own space
     with pytest.raises(ConfigError, match="unknown embedded embeddings 'local:bge'"):
         get_embeddings("local:bge")
     texts = ["I adopted a beagle puppy and named her Biscuit.", "What is my dog's name?", "I bake sourdough bread."]

@@ -116,7 +116,7 @@ class Memory:
         self.store = UserStore(open_store(store), user_id)
         self._chat_spec, self._base_url = chat_model, base_url
         self.embeddings = get_embeddings(embeddings, base_url)
-        self._space = embeddings_id(embeddings, base_url) if isinstance(embeddings, str) else type(embeddings).__name__
+        self._space = embeddings_id(embeddings, base_url)
         self.l0_mode, self.window, self.stride, self.lexical = l0_mode, window, stride, lexical
         self.concurrency = concurrency
         self.usage = Usage()  # tokens spent by this object's model calls (construction and lazy layers)

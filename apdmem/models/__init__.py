@@ -166,15 +166,19 @@ def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def embeddings_id(spec: str, base_url: str | None = None) -> str:
+def embeddings_id(spec: str | Embeddings, base_url: str | None = None) -> str:
     """A stable name for the vector space, recorded in each memory so that a memory is never searched or extended
     with another model. An embedded model's name is its own specification (``"local"`` is ``"local:minilm"``;
-    `base_url` is for providers, the embedded models ignore it); a provider's is the specification, with the
-    server when one is named.
+    `base_url` is for providers, the embedded models ignore it), whether named or passed as an object; a
+    provider's is the specification, with the server when one is named; another object's is its class name.
 
     >>> embeddings_id("local"), embeddings_id("local:bge-small", "http://localhost:8080/v1")
     ('local:minilm', 'local:bge-small')
     """
+    if isinstance(spec, LocalEmbeddings):
+        return spec.model.space
+    if not isinstance(spec, str):
+        return type(spec).__name__
     if is_embedded(spec):
         return MINILM.space if spec == DEFAULT_EMBEDDINGS else spec
     return json.dumps([spec, base_url]) if base_url else spec
