@@ -1,5 +1,7 @@
 """Errors raised by apdmem. Each one says what was wrong and where."""
 
+import shlex
+
 
 class ApdmemError(Exception):
     """Base class of every error apdmem raises on purpose."""
@@ -43,8 +45,6 @@ class OtherSpaceError(ConfigError):
     `configured` name the two spaces."""
 
     def __init__(self, user_id: str, recorded, configured: str):
-        import shlex
-
         self.user_id, self.recorded, self.configured = user_id, recorded, configured
         super().__init__(f"memory of user {user_id!r} was embedded with {recorded!r}; this configuration uses {configured!r}: "
                          f"run `apdmem reindex --user {shlex.quote(user_id)}` to re-embed it")

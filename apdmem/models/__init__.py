@@ -116,8 +116,8 @@ def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
 def _local_embeddings(space: str) -> LocalEmbeddings:
     """The embedded model named `space` ("local" is "local:minilm": one instance for both names)."""
     if space not in EMBEDDED:
-        raise ConfigError(f"unknown embedded embeddings {space!r}: use 'local' (= 'local:minilm') or "
-                          + " or ".join(repr(name) for name in EMBEDDED))
+        raise ConfigError(f"unknown embedded embeddings {space!r}: use {' or '.join(map(repr, EMBEDDED))} "
+                          "('local' is 'local:minilm')")
     return LocalEmbeddings(EMBEDDED[space])
 
 
