@@ -28,6 +28,8 @@ SECRET = "a-test-secret-of-some-length"
 NOW = time.time()
 # Revoked: every token issued more than ten minutes before the tests started, and bob's of the minute before.
 NOT_BEFORE = {"*": NOW - 600, "bob": NOW - 60}
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixture starts a server.
+pytestmark = pytest.mark.xdist_group("auth-server")
 
 
 def b64(text: str) -> str:

@@ -27,7 +27,8 @@ from apdmem.memory.store import memory_store
 from apdmem.models import ask_structured, get_chat_model
 from apdmem.models.local import package_dir
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("servers")]
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is my dog's name?"

@@ -15,7 +15,8 @@ from apdmem.auth import make_token
 from apdmem.memory import Memory
 from apdmem.memory.store import session_key
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("service-server")]
 
 DOG_SCHOOL = "Biscuit graduated from puppy school at the Pawsitive Academy on Elm Street."
 
