@@ -57,7 +57,8 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, timeout=RUN_TIMEOUT)
     python = where / "venv" / "bin" / "python"
     for _ in range(2):  # once more after a failed download (a wheel cut short fails pip's hash check)
-        run = subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)], env=user_env(),
+        # --no-compile: byte-compiling some 90 packages costs a minute of CPU and tells nothing about the install
+        run = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", str(source)], env=user_env(),
                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
         if run.returncode == 0:
             break
