@@ -9,9 +9,9 @@ import pytest
 from conftest import HISTORY, make_session
 from graph_helpers import ScriptedChatModel, clean_environment, run_graph
 
-from apdmem.cli import main
+from apdmem.cli import ask, main
 from apdmem.errors import UnknownSessionError
-from apdmem.graph import Context, Settings
+from apdmem.graph import Context, Settings, build_graph
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
 from apdmem.memory.store import UserStore
@@ -166,7 +166,7 @@ def drills(events: list[dict]) -> list[tuple[str, dict | None]]:
     return [(e["session_id"], e.get("via")) for e in events if e["event"] == "drill"]
 
 
-def test_the_policy_follows_a_link_for_an_aggregation_question_within_its_budget(shopper):
+def test_the_policy_follows_a_link_for_an_aggregation_question_within_its_budget(shopper, capsys):
     memory, settings = shopper
     question = "How many pairs of running shoes did I buy in total?"
     # Two sessions per search: the best stands out alone (the second is the background), so only a link can
@@ -180,6 +180,12 @@ def test_the_policy_follows_a_link_for_an_aggregation_question_within_its_budget
     via = dict(drills(events))[other]
     assert via["from"] == best and "hoka" in via["terms"] and via["strength"] >= 0.3
     assert final["step"] <= Context().tmax
+    # The trace `apdmem ask` and `apdmem demo` print names the link followed.
+    capsys.readouterr()
+    ask(question, "2024-07-01", build_graph(settings=settings, memory=memory),
+        Context(reflection=False, top_k=2, follow_links=True))
+    trace = capsys.readouterr().out
+    assert f"read L1 of {other} (linked from {best}, strength 0." in trace and "hoka" in trace
     # The budget holds: with one search and one read allowed, the link is not followed.
     final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True, tmax=2), settings=settings,
                               memory=memory)
