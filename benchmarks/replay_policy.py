@@ -20,8 +20,8 @@ Date ranges come from the deterministic parser only (the model fallback of `norm
         ../shared/data/longmemeval/longmemeval_s_dev.json.gz --results reports/run/no-reflection-local-disclosure/results.jsonl
     LANGSMITH_TRACING=false .venv/bin/python benchmarks/replay_policy.py --deterministic \\
         ../shared/data/longmemeval/longmemeval_s_dev.json.gz ../shared/data/longmemeval/longmemeval_s_dev2.json.gz
-    LANGSMITH_TRACING=false .venv/bin/python benchmarks/replay_policy.py --deterministic --links \\
-        --types multi-session temporal-reasoning ../shared/data/longmemeval/longmemeval_s_dev.json.gz
+    LANGSMITH_TRACING=false .venv/bin/python benchmarks/replay_policy.py ../shared/data/longmemeval/longmemeval_s_dev.json.gz \\
+        --deterministic --links --types multi-session temporal-reasoning
 """
 
 from __future__ import annotations
