@@ -198,3 +198,24 @@ def test_the_policy_follows_no_link_for_a_single_fact_question(shopper, question
     final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True), settings=settings, memory=memory)
     assert len(final["opened"]) == 1 and all(via is None for _, via in drills(events))
     assert "links" not in final
+
+
+def test_the_policy_follows_the_strongest_links_of_what_it_picked_at_most_links_followed():
+    import doctest
+
+    from apdmem.nodes import policy
+
+    def link(sid, strength):
+        return {"session_id": sid, "strength": strength, "terms": ["hoka"]}
+
+    scores = {"s1": 2.0, "s2": 1.0, "s3": 0.9, "s4": 0.9, "s5": 0.8}
+    candidates = {s: {"date": "", "summary": "", "score": v, "spans": [], "hits": {"q": v}} for s, v in scores.items()}
+    links = {"s1": [link("s3", 0.5), link("s6", 0.4), link("s7", 0.35)], "s2": [link("s8", 0.9)]}
+    state = {"question": "q", "searched": ["q"], "candidates": candidates, "links": links}
+    assert policy.chosen(state) == ["s1"]  # s2 is not opened: its links are not followed
+    assert policy.wanted(state) == ["s1", "s3", "s6"] and policy.LINKS_FOLLOWED == 2
+    assert policy.followed(state, ["s1"])["s3"] == {"from": "s1", "strength": 0.5, "terms": ["hoka"]}
+    reads = policy.plan(state, Context(drill_width=2))
+    assert reads == [{"session_id": "s1", "layer": "L1"}, {"session_id": "s3", "layer": "L1", "via": policy.followed(state, ["s1"])["s3"]}]
+    assert policy.wanted({**state, "links": {}}) == ["s1"]
+    assert doctest.testmod(policy).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no

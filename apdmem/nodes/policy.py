@@ -50,7 +50,7 @@ def head(scores: list[float]) -> int:
     after the first BACKGROUND_FROM (or the last score, in a short ranking). One when they do not differ at all.
 
     >>> head([2.0, 1.9, 1.3, 1.2, 1.1, 1.0, 1.0]), head([2.0, 1.2, 1.1, 1.0]), head([1.0, 1.0])
-    (2, 1, 1)
+    (3, 1, 1)
     """
     if not scores:
         return 0
