@@ -24,8 +24,11 @@ install: $(VENV)/.installed
 demo: install
 	LANGSMITH_TRACING=$${LANGSMITH_TRACING:-false} $(VENV)/bin/apdmem demo
 
+# Two test processes: most tests wait on a child process, a server or pip for part of their time, which the other
+# process fills. Tests are handed out one by one, but a file marked with an xdist_group (its module fixtures start
+# servers or install packages) goes whole to one process.
 test: install
-	LANGSMITH_TRACING=false HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider
+	LANGSMITH_TRACING=false HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 bench: install
 	LANGSMITH_TRACING=false $(VENV)/bin/apdmem bench retrieval ../shared/data/longmemeval/longmemeval_s_dev.json.gz --l0-mode raw

@@ -1,18 +1,18 @@
 """apdmem: agent-controlled progressive disclosure over a four-layer long-term conversation memory."""
 
-from apdmem.graph import Context, build_graph
-from apdmem.memory import Memory, Session, Turn, load_locomo, load_longmemeval, load_sessions, session_from_messages
-from apdmem.settings import Settings
+from apdmem.lazy import exports
 
-__all__ = [
-    "Context",
-    "Memory",
-    "Session",
-    "Settings",
-    "Turn",
-    "build_graph",
-    "load_locomo",
-    "load_longmemeval",
-    "load_sessions",
-    "session_from_messages",
-]
+_SOURCES = {
+    "Context": "apdmem.graph.context",
+    "build_graph": "apdmem.graph.builder",
+    "Memory": "apdmem.memory",
+    "Session": "apdmem.memory",
+    "Turn": "apdmem.memory",
+    "load_locomo": "apdmem.memory",
+    "load_longmemeval": "apdmem.memory",
+    "load_sessions": "apdmem.memory",
+    "session_from_messages": "apdmem.memory",
+    "Settings": "apdmem.settings",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = exports(globals(), _SOURCES)

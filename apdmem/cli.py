@@ -1,4 +1,4 @@
-"""The `apdmem` command line: ingest, search, show, forget, sessions, ask, demo, bench, eval."""
+"""The `apdmem` command line: ingest, search, show, forget, sessions, reindex, ask, demo, bench, eval."""
 
 from __future__ import annotations
 
@@ -109,6 +109,23 @@ def cmd_sessions(args) -> None:
     for sid in memory.session_ids():
         meta = memory.manifest["sessions"][sid]
         print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
+
+
+def cmd_reindex(args) -> None:
+    from apdmem.memory import Memory
+    from apdmem.memory.migrate import stored_users
+    from apdmem.settings import Settings
+
+    for user in stored_users(Settings(store=args.store).store) if args.all_users else [args.user]:
+        report = Memory.reindex(user, store=args.store, embeddings=args.embeddings, base_url=args.base_url,
+                                progress=not args.quiet)
+        if report.reindexed:
+            print(f"user {user!r}: {report.sessions} sessions, {report.units} L0 units re-embedded with {report.space!r} "
+                  f"(was {report.recorded!r}) in {report.seconds:.1f}s", flush=True)
+        elif report.recorded is None:
+            print(f"user {user!r}: no memory in this store; nothing to do", flush=True)
+        else:
+            print(f"user {user!r}: already embedded with {report.space!r}; nothing to do", flush=True)
 
 
 def cmd_migrate(args) -> None:
@@ -306,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "local-chat) or any LangChain '<provider>:<model>', e.g. openai:gpt-4.1-mini, "
                              "anthropic:claude-sonnet-4-5, ollama:llama3.1 (default $APDMEM_CHAT_MODEL, else local)")
     models.add_argument("--embeddings", default=None,
-                        help="'local' (the embedded MiniLM) or any LangChain '<provider>:<model>', e.g. "
+                        help="'local' (= 'local:minilm', the embedded all-MiniLM-L6-v2), 'local:bge-small' (the embedded "
+                             "bge-small-en-v1.5) or any LangChain '<provider>:<model>', e.g. "
                              "openai:text-embedding-3-small, ollama:nomic-embed-text (default $APDMEM_EMBEDDINGS, else local)")
     models.add_argument("--base-url", default=None,
                         help="the server the provider calls: an OpenAI-compatible one for openai:<model> (llama.cpp, vLLM ...), "
@@ -369,6 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
+    p = sub.add_parser("reindex", parents=[common, user],
+                       help="re-embed a user's memory with the configured --embeddings (after changing them)")
+    p.add_argument("--all-users", action="store_true", help="every user with a memory in the store, instead of --user")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_reindex)
     p = sub.add_parser("migrate", help="copy memories from one store to another (e.g. into PostgreSQL) and check the copy")
     p.add_argument("--from", dest="source", required=True, help="source store: a directory or postgresql:// URL")
     p.add_argument("--to", dest="target", required=True, help="target store: a postgresql:// URL or a directory")

@@ -1,5 +1,7 @@
 """Errors raised by apdmem. Each one says what was wrong and where."""
 
+import shlex
+
 
 class ApdmemError(Exception):
     """Base class of every error apdmem raises on purpose."""
@@ -35,3 +37,14 @@ class ConfigError(ApdmemError, ValueError):
 class StoreError(ApdmemError):
     """The store refused an operation: read-only, no rights on it, or unreachable. The message names the store
     (never a password) and the reason."""
+
+
+class OtherSpaceError(ConfigError):
+    """The user's memory was embedded with other embeddings than the configured ones: its vectors cannot be
+    searched or extended with them. `apdmem reindex` (`Memory.reindex`) re-embeds it. `recorded` and
+    `configured` name the two spaces."""
+
+    def __init__(self, user_id: str, recorded, configured: str):
+        self.user_id, self.recorded, self.configured = user_id, recorded, configured
+        super().__init__(f"memory of user {user_id!r} was embedded with {recorded!r}; this configuration uses {configured!r}: "
+                         f"run `apdmem reindex --user {shlex.quote(user_id)}` to re-embed it")

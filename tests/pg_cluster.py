@@ -55,17 +55,31 @@ def start_cluster(*, durable: bool = True) -> Cluster | None:
     if os.geteuid() == 0:
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(directory, "postgres", "postgres")
-    data, port = directory / "data", _free_port()
-    options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={directory} -c max_connections=200"
-    if not durable:
-        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    steps = [[*as_user, initdb, "-D", str(data), "-U", "apdmem", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"],
-             [*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(directory / "server.log"), "-w", "start"]]
-    for step in steps:
-        result = subprocess.run(step, capture_output=True, text=True)
-        if result.returncode != 0:
-            log = (directory / "server.log").read_text() if (directory / "server.log").exists() else ""
-            UNAVAILABLE.append(f"{Path(step[len(as_user)]).name} failed: {(result.stderr or log).strip()[-500:]}")
-            shutil.rmtree(directory, ignore_errors=True)
-            return None
+    data = directory / "data"
+    init = [*as_user, initdb, "-D", str(data), "-U", "apdmem", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"]
+    if not _ran(init, directory, len(as_user)):
+        return None
+    for attempt in range(3):  # a free port can be taken by another process (a parallel test worker) before we bind it
+        port = _free_port()
+        options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={directory} -c max_connections=200"
+        if not durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        start = [*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(directory / "server.log"), "-w", "start"]
+        if _ran(start, directory, len(as_user), last=attempt == 2):
+            break
+    else:
+        return None
     return Cluster(directory, port, as_user)
+
+
+def _ran(step: list[str], directory: Path, skip: int, *, last: bool = True) -> bool:
+    """Run a step of the cluster's set-up; on failure, when it is the `last` try, note why in UNAVAILABLE and
+    remove the cluster's directory."""
+    result = subprocess.run(step, capture_output=True, text=True)
+    if result.returncode == 0:
+        return True
+    if last:
+        log = (directory / "server.log").read_text() if (directory / "server.log").exists() else ""
+        UNAVAILABLE.append(f"{Path(step[skip]).name} failed: {(result.stderr or log).strip()[-500:]}")
+        shutil.rmtree(directory, ignore_errors=True)
+    return False

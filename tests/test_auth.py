@@ -28,6 +28,8 @@ SECRET = "a-test-secret-of-some-length"
 NOW = time.time()
 # Revoked: every token issued more than ten minutes before the tests started, and bob's of the minute before.
 NOT_BEFORE = {"*": NOW - 600, "bob": NOW - 60}
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixture starts a server.
+pytestmark = pytest.mark.xdist_group("auth-server")
 
 
 def b64(text: str) -> str:
@@ -312,5 +314,6 @@ def test_a_cron_is_its_creators_and_runs_as_them(server):
         alice.crons.delete(crons["alice"]["cron_id"])
         bob.crons.delete(crons["bob"]["cron_id"])
     assert status == {"alice": "success", "bob": "error"}
-    listed = alice.runs.wait(None, "sessions", input={}, context={})["sessions"]
-    assert "cron-note" in {s["session_id"] for s in listed} and "cron-bob" not in {s["session_id"] for s in listed}
+    listed = {name: {s["session_id"] for s in client.runs.wait(None, "sessions", input={}, context={})["sessions"]}
+              for name, client in (("alice", alice), ("bob", bob))}
+    assert "cron-note" in listed["alice"] and "cron-bob" not in listed["alice"] | listed["bob"]

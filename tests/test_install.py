@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT = 3600  # seconds: a cold pip cache on a slow link downloads ~300 MB

@@ -11,6 +11,7 @@ from graph_helpers import clean_environment
 from apdmem.cli import main
 from apdmem.errors import ConfigError
 from apdmem.eval import locomo
+from apdmem.graph import builder  # locomo imports build_graph from it when it runs
 from apdmem.eval.locomo import (
     abstains,
     evidence_recall,
@@ -149,7 +150,7 @@ def lines(path: Path) -> list[dict]:
 
 def test_run_maps_turns_scores_and_resumes(tmp_path, monkeypatch, embeddings):
     fake = FakeGraph()
-    monkeypatch.setattr(locomo, "build_graph", fake.build)
+    monkeypatch.setattr(builder, "build_graph", fake.build)
     options = dict(l0_mode="raw", output_dir=tmp_path / "out", progress=False, context_overrides={"reflection": False})
 
     first = run(FIXTURE, limit=3, **options)  # both questions of conv-a, the first of conv-b
@@ -180,13 +181,13 @@ def test_run_maps_turns_scores_and_resumes(tmp_path, monkeypatch, embeddings):
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| 1 multi-hop | 1 | 0.333 | 0.000 |" in markdown and "| overall | 8 | 0.625 | 0.714 |" in markdown
 
-    monkeypatch.setattr(locomo, "build_graph", no_graph)
+    monkeypatch.setattr(builder, "build_graph", no_graph)
     assert run(FIXTURE, **options) == report and len(lines(results)) == 8
     assert run(FIXTURE, limit=2, **options)["questions"] == 2  # the report covers the selected questions
 
 
 def test_a_torn_last_line_is_dropped_and_answered_again(tmp_path, monkeypatch, embeddings):
-    monkeypatch.setattr(locomo, "build_graph", FakeGraph)
+    monkeypatch.setattr(builder, "build_graph", FakeGraph)
     out = tmp_path / "out"
     run(FIXTURE, limit=2, l0_mode="raw", output_dir=out, progress=False)
     results = out / "results.jsonl"
@@ -196,7 +197,7 @@ def test_a_torn_last_line_is_dropped_and_answered_again(tmp_path, monkeypatch, e
 
 
 def test_results_of_another_file_are_refused(tmp_path, monkeypatch, embeddings):
-    monkeypatch.setattr(locomo, "build_graph", FakeGraph)
+    monkeypatch.setattr(builder, "build_graph", FakeGraph)
     out = tmp_path / "out"
     run(FIXTURE, limit=1, l0_mode="raw", output_dir=out, progress=False)
     results = out / "results.jsonl"
@@ -207,7 +208,7 @@ def test_results_of_another_file_are_refused(tmp_path, monkeypatch, embeddings):
 
 def test_command_line(tmp_path, monkeypatch, capsys, embeddings):
     fake = FakeGraph()
-    monkeypatch.setattr(locomo, "build_graph", fake.build)
+    monkeypatch.setattr(builder, "build_graph", fake.build)
     code = main(["eval", "locomo", str(FIXTURE), "--limit", "1", "--l0-mode", "raw", "--tmax", "4", "--top-k", "3",
                  "--generator-model", "local", "--output-dir", str(tmp_path / "out"), "--memory-dir", str(tmp_path / "mem")])
     out = capsys.readouterr().out

@@ -27,7 +27,8 @@ from apdmem.memory.store import memory_store
 from apdmem.models import ask_structured, get_chat_model
 from apdmem.models.local import package_dir
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("servers")]
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is my dog's name?"
@@ -151,16 +152,24 @@ def test_a_non_openai_provider_string_and_a_model_object_from_python(llama_serve
 
 @contextmanager
 def langgraph_dev(memory_dir: Path, **env: str):
-    """`langgraph dev` from the repository root over the store `memory_dir` (unless `env` names another
-    APDMEM_STORE); yields its URL."""
-    port, log = free_port(), memory_dir.parent / f"langgraph-{memory_dir.name}.log"
-    state_dir = ROOT / ".langgraph_api"  # where `langgraph dev` keeps its in-memory runtime's state
-    had_state = state_dir.exists()
+    """`langgraph dev` serving the repository's langgraph.json over the store `memory_dir` (unless `env` names
+    another APDMEM_STORE); yields its URL.
+
+    It runs in a folder of its own beside `memory_dir`, holding langgraph.json and a link to the package (the
+    graph paths are relative to the working directory): `langgraph dev` keeps its runtime's state in
+    `.langgraph_api` under the working directory, and servers started by parallel test workers must not share
+    one, nor leave it in the checkout."""
+    port = free_port()
+    home = memory_dir.parent / f"langgraph-{memory_dir.name}"
+    home.mkdir()
+    shutil.copy(ROOT / "langgraph.json", home / "langgraph.json")
+    (home / "apdmem").symlink_to(ROOT / "apdmem", target_is_directory=True)
+    log = home / "server.log"
     env = server_env(**{"LANGGRAPH_CLI_NO_ANALYTICS": "1", "APDMEM_STORE": str(memory_dir), **env})
     with log.open("w") as out:
         process = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config", "langgraph.json"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/ok", process, log, timeout=120)
@@ -172,8 +181,6 @@ def langgraph_dev(memory_dir: Path, **env: str):
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        if not had_state:
-            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

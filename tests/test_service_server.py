@@ -5,7 +5,6 @@ and changes nothing; and a real MCP client (Streamable HTTP, bearer token) lists
 calls them. Slow: starts a server."""
 
 import asyncio
-import time
 
 import httpx
 import pytest
@@ -16,7 +15,8 @@ from apdmem.auth import make_token
 from apdmem.memory import Memory
 from apdmem.memory.store import session_key
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("service-server")]
 
 DOG_SCHOOL = "Biscuit graduated from puppy school at the Pawsitive Academy on Elm Street."
 
@@ -173,28 +173,3 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     assert listed(client_of(url, "carol")) == {"mcp-chat": 2} and "mcp-chat" not in listed(client_of(url, "alice"))
 
 
-# --- cron ---------------------------------------------------------------------------------------------------
-
-
-def test_a_cron_writes_as_the_user_who_scheduled_it(server):
-    """A cron's runs act as the user whose token created it: alice's writes her memory, bob's naming alice
-    fails. Crons fire on the minute: this waits up to two."""
-    url, _ = server
-    alice, bob = client_of(url, "alice"), client_of(url, "bob")
-    note = {"session_id": "cron-note", "date": "2024-06-01T07:00", "messages": [{"role": "user", "content": "Water the ferns."}]}
-    threads = {name: client.threads.create()["thread_id"] for name, client in (("alice", alice), ("bob", bob))}
-    crons = [alice.crons.create_for_thread(threads["alice"], "remember", schedule="* * * * *", input=note),
-             bob.crons.create_for_thread(threads["bob"], "remember", schedule="* * * * *",
-                                         input={**note, "session_id": "cron-bob"}, context={"user_id": "alice"})]
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and not (alice.runs.list(threads["alice"]) and bob.runs.list(threads["bob"])):
-            time.sleep(3)
-        for client, thread in ((alice, threads["alice"]), (bob, threads["bob"])):
-            client.runs.join(thread, client.runs.list(thread)[0]["run_id"])
-    finally:
-        alice.crons.delete(crons[0]["cron_id"])
-        bob.crons.delete(crons[1]["cron_id"])
-    assert alice.runs.list(threads["alice"])[0]["status"] == "success"
-    assert bob.runs.list(threads["bob"])[0]["status"] == "error"
-    assert "cron-note" in listed(alice) and "cron-bob" not in listed(alice) and "cron-bob" not in listed(bob)

@@ -21,8 +21,9 @@ from tqdm.auto import tqdm
 
 from apdmem.errors import ConfigError
 from apdmem.eval.metrics import mean, percentile
-from apdmem.graph import Context, Settings, build_graph
+from apdmem.graph.context import Context
 from apdmem.memory import Memory, load_locomo
+from apdmem.settings import Settings
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
@@ -193,6 +194,8 @@ def run(
                             embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
             memory.ingest(sample.sessions, progress=progress)  # a no-op for sessions stored by an earlier run
             question_date = max(s.date for s in sample.sessions).isoformat()
+            from apdmem.graph.builder import build_graph  # here: the command line lists this module's options without LangGraph
+
             graph = build_graph(settings=deployment, memory=memory)
             for i in todo:
                 context = Context(**{"user_id": sample.sample_id, "tmax": tmax, **(context_overrides or {})})

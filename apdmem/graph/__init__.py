@@ -1,8 +1,13 @@
 """The controller graph: state, run-time context and wiring."""
 
-from apdmem.graph.builder import build_graph
-from apdmem.graph.context import Context
-from apdmem.graph.state import Evidence, State
-from apdmem.settings import Settings
+from apdmem.lazy import exports
 
-__all__ = ["Context", "Evidence", "Settings", "State", "build_graph"]
+_SOURCES = {
+    "Context": "apdmem.graph.context",
+    "Evidence": "apdmem.graph.state",
+    "Settings": "apdmem.settings",
+    "State": "apdmem.graph.state",
+    "build_graph": "apdmem.graph.builder",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = exports(globals(), _SOURCES)

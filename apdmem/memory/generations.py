@@ -41,16 +41,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apdmem.errors import ConfigError, InvalidIdError, StoreError
+from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.links import LinkTable
 from apdmem.memory.records import Session, Unit, check_id
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
+from apdmem.models import recorded_space
 
 FORMAT = 2
 READ_ATTEMPTS = 20  # a reader starts over this often when writers keep replacing the generation it reads
 MAX_GENERATION = 2**53  # generation numbers are file names and JSON numbers: a larger one is damage
+REEMBED_CHUNK = 32  # sessions re-embedded per step of a reindex (its progress)
 
 log = logging.getLogger("apdmem")
 
@@ -80,15 +82,17 @@ class Damaged(Exception):
 class Generations:
     """The committed generations of one user's memory in `store`, and the protocol that changes them.
 
-    `space` names the embeddings the index was built with; `dimension` and `embed` give the embeddings'
-    dimension and vectors (to check the index, and to rebuild a damaged one; None for a reader that only
-    reads, such as `migrate`'s); `window`/`stride` rebuild raw L0 units.
+    `space` names the configured embeddings (`apdmem.models.embeddings_id`): a memory recording another space is
+    refused (`OtherSpaceError`), except by `reembed` (``reindexing=True``). `dimension` and `embed` give the
+    embeddings' dimension and vectors (to check the index, and to rebuild a damaged one; None for a reader that
+    only reads, such as `migrate`'s); `window`/`stride` rebuild raw L0 units.
     """
 
     def __init__(self, store: UserStore, *, space: str, lexical: str, dimension: Callable[[], int] | None,
-                 embed: Callable[[list[str]], np.ndarray] | None, window: int, stride: int):
+                 embed: Callable[[list[str]], np.ndarray] | None, window: int, stride: int, reindexing: bool = False):
         self.store, self.user_id = store, store.user_id
-        self.space, self.lexical = space, lexical
+        self.space, self.lexical = recorded_space(space), lexical
+        self.reindexing = reindexing  # a memory of another space is read only to be re-embedded
         self._dimension, self._embed = dimension, embed
         self.window, self.stride = window, stride
         self.writing = threading.RLock()  # this process's writers of the user, one at a time (the store lock orders processes)
@@ -162,10 +166,13 @@ class Generations:
             raise Damaged("manifest.json is unreadable")
         if not isinstance(unfinished, list) or not all(isinstance(s, str) and _valid_id(s) for s in unfinished):
             raise Damaged("manifest.json is unreadable")
-        if manifest.get("embeddings") != self.space:
-            raise ConfigError(f"memory of user {self.user_id!r} was indexed with embeddings {manifest.get('embeddings')!r}, "
-                              f"not {self.space!r}; open it with the same embeddings")
+        if not self.own_space(manifest) and not self.reindexing:
+            raise OtherSpaceError(self.user_id, recorded_space(manifest.get("embeddings")), self.space)
         return manifest
+
+    def own_space(self, manifest: dict) -> bool:
+        """Whether the manifest records this object's space (the names of older memories read by today's)."""
+        return recorded_space(manifest.get("embeddings")) == self.space
 
     def _generation(self, raw: bytes | None) -> Generation:
         manifest = self.parse_manifest(raw)
@@ -189,7 +196,7 @@ class Generations:
             if self.store.get("manifest.json") != raw:
                 raise Stale() from None
             raise Damaged(f"index of generation {number} is damaged: {exc}") from None
-        if self._dimension is not None and index.dimension != self._dimension():
+        if self._dimension is not None and self.own_space(manifest) and index.dimension != self._dimension():
             raise Damaged(f"index of generation {number} has vectors of dimension {index.dimension}, "
                           f"the embeddings give {self._dimension()}")
         if not _indexes_listing(index, manifest):
@@ -280,6 +287,23 @@ class Generations:
         for sid in session_ids:
             self._delete_session(sid)
         return begun
+
+    def reembed(self, current: Generation, progress: Callable[[int], object] = lambda units: None) -> Generation:
+        """Commit a new generation of the same sessions whose index holds every L0 unit embedded again, from the text
+        of the session's L0 layer, with this object's embeddings, and whose manifest records their space; nothing
+        but the index and the manifest changes. Called under the writer lock, with `current` read under it.
+        `progress` is given the number of units embedded after each chunk of sessions.
+
+        Crash-safe as every commit: the new index is written first and the manifest that makes it current last, so
+        a writer killed before leaves the old generation current and the new index files as debris."""
+        manifest = json.loads(json.dumps(current.manifest))
+        manifest["embeddings"] = self.space
+        index, sessions = UnitIndex(self._dimension(), self.lexical), list(manifest["sessions"])
+        for i in range(0, len(sessions), REEMBED_CHUNK):
+            before = len(index.units)
+            self._index_units(index, sessions[i : i + REEMBED_CHUNK], manifest["sessions"])
+            progress(len(index.units) - before)
+        return self.commit(Generation(current.raw, manifest, index))
 
     def forget(self, current: Generation, session_id: str) -> None:
         """Remove a listed session: the new generation first (without it, and naming it unfinished; its commit
@@ -383,6 +407,7 @@ class Generations:
         rebuilt = index is None
         if rebuilt:
             index = UnitIndex(self._dimension(), self.lexical)
+            manifest["embeddings"] = self.space  # a reindex may have read a memory of another space
         for sid, session in relisted.items():
             sessions[sid] = listing(session, 0)
         self._index_units(index, [sid for sid in sessions if rebuilt or sid in relisted], sessions)
@@ -408,7 +433,10 @@ class Generations:
         index.add(units, self._embed([t for u in units for t in u.embed_texts]))
 
     def _saved_index(self, manifest: dict) -> UnitIndex | None:
-        """The index saved with the manifest's generation, if it is readable and holds the listed sessions."""
+        """The index saved with the manifest's generation, if it is readable, holds the listed sessions and is in this
+        object's space (one of another space, read by a reindex, is rebuilt: vectors of two spaces never mix)."""
+        if not self.own_space(manifest):
+            return None
         number = manifest["generation"]
         table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
         try:

@@ -31,7 +31,7 @@ from apdmem.memory.generations import Generations, key, listing
 from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
 from apdmem.memory.retriever import rerank as rescore
 from apdmem.memory.store import UserStore, session_key
-from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded
+from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded, recorded_space
 from apdmem.settings import L0_MODES, Settings
 
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
@@ -51,6 +51,20 @@ class IngestReport:
     units: int = 0
     seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
+
+
+@dataclass
+class ReindexReport:
+    """What a `Memory.reindex` call did: the space the memory was embedded with (`recorded`, by today's names; None
+    when the user has no memory) and the one it is now (`space`); nothing was done when they were the same
+    (`reindexed` False)."""
+
+    recorded: object
+    space: str
+    reindexed: bool = False
+    sessions: int = 0
+    units: int = 0
+    seconds: float = 0.0
 
 
 class Memory:
@@ -86,6 +100,7 @@ class Memory:
         stride: int = 2,
         lexical: str = "auto",
         concurrency: int = 4,
+        _reindexing: bool = False,
     ):
         self.user_id = check_id(user_id, "user")
         settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode,
@@ -102,13 +117,15 @@ class Memory:
         self.store = UserStore(open_store(store), user_id)
         self._chat_spec, self._base_url = chat_model, base_url
         self.embeddings = get_embeddings(embeddings, base_url)
-        self._space = embeddings_id(embeddings, base_url) if isinstance(embeddings, str) else type(embeddings).__name__
+        self._space = embeddings_id(embeddings, base_url)
         self.l0_mode, self.window, self.stride, self.lexical = l0_mode, window, stride, lexical
         self.concurrency = concurrency
         self.usage = Usage()  # tokens spent by this object's model calls (construction and lazy layers)
         self._usage_lock = threading.Lock()
+        # `_reindexing` (only `reindex` passes it) opens a memory embedded with other embeddings, which every other
+        # use refuses in one line naming `apdmem reindex`.
         self.generations = Generations(self.store, space=self._space, lexical=lexical, dimension=self._dimension,
-                                       embed=self._embed, window=window, stride=stride)
+                                       embed=self._embed, window=window, stride=stride, reindexing=_reindexing)
         self.generations.start()
 
     # --- models ----------------------------------------------------------------------------------------
@@ -255,6 +272,38 @@ class Memory:
                     known[(session.session_id, unit.start, unit.end)] = unit
         return known
 
+    @classmethod
+    def reindex(cls, user_id: str, *, progress: bool = False, **options) -> ReindexReport:
+        """Re-embed a user's memory with the configured embeddings (`options` as `Memory` takes them: ``store``,
+        ``embeddings``, ``base_url`` ...), whatever embeddings it was embedded with: the one operation that opens a
+        memory of another space, which `Memory` refuses (`OtherSpaceError`).
+
+        Under the user's writer lock, every L0 unit is embedded again from its stored text, and the new index is
+        committed as a new generation that records the new space; the layers (L0 to L3) are not touched. Killed
+        midway, it leaves the old generation current (run it again). Already in the configured space, it does
+        nothing and says so (``reindexed`` False).
+
+        >>> Memory.reindex("maya", embeddings="local:bge-small", progress=True)      # doctest: +SKIP
+        ReindexReport(recorded='local:minilm', space='local:bge-small', reindexed=True, sessions=7, units=14, ...)
+        """
+        started = time.perf_counter()
+        memory = cls(user_id, _reindexing=True, **options)
+        generations = memory.generations
+        report = ReindexReport(None, generations.space)
+        if generations.current.raw is None:
+            memory._say_empty()  # nothing stored: nothing to take the lock for
+            return report
+        with generations.writer() as current:
+            report.recorded = recorded_space(current.manifest.get("embeddings"))
+            if not generations.own_space(current.manifest):
+                units = sum(meta["units"] for meta in current.manifest["sessions"].values())
+                with tqdm(total=units, desc=f"reindex {memory.user_id}", unit="unit", disable=not progress) as bar:
+                    committed = generations.reembed(current, bar.update)
+                report.reindexed, report.sessions = True, len(committed.manifest["sessions"])
+                report.units = len(committed.index.units)
+        report.seconds = time.perf_counter() - started
+        return report
+
     def remember(self, messages, *, session_id: str, date: datetime | str | None = None) -> IngestReport:
         """Store one conversation (LangChain messages, or ``{"role", "content"}`` dicts as in the generic
         format) as session `session_id`. Sent again with more messages, the session is extended: the L2 notes
@@ -312,8 +361,8 @@ class Memory:
         `min_score` drops sessions scoring below it (default: none; the k best are returned however weak). The
         score (``metadata["score"]``) is 0.8 x the cosine similarity of the best unit to the query plus 0.2 x its
         BM25 coverage (0 to 1), plus the date preference (up to 0.1) and, in llm mode, 0.25 per keyword of the
-        unit named in the query. With the embedded embeddings, sessions unrelated to a query score about 0.2 at
-        most; look at the scores `apdmem search` prints before choosing a cut-off.
+        unit named in the query. With the default embeddings (MiniLM), sessions unrelated to a query score about 0.2 at
+        most (about 0.5 with "local:bge-small"); look at the scores `apdmem search` prints before choosing a cut-off.
 
         `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
         near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).

@@ -25,7 +25,7 @@ from apdmem.memory.generations import Damaged, Generation, Generations, key
 from apdmem.memory.records import Session, check_id
 from apdmem.memory.retriever import rank_sessions
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
-from apdmem.models import embed_array, get_embeddings
+from apdmem.models import embed_array, get_embeddings, recorded_space
 
 PROBES = 5
 ATTEMPTS = 5  # a source user is read again this often when a writer commits while it is read
@@ -115,6 +115,18 @@ def _read_user(source, name: str) -> _Read:
     raise ConfigError(f"source user {user_id!r} kept changing while it was read; nothing was copied")
 
 
+def stored_users(location) -> list[str]:
+    """The users with a memory in the store at `location`, sorted: those whose folder holds a readable manifest
+    that names them (as `migrate` reads its source)."""
+    store, users = open_store(location, existing=True), []
+    for name in store.namespaces("users/"):
+        raw = store.namespace(name).mget(["manifest.json"])[0] if "/" not in name[len("users/") :] else None
+        user_id = _claimed_user(raw) if raw is not None else None
+        if user_id is not None and f"users/{session_key(user_id)}" == name:
+            users.append(user_id)
+    return sorted(users)
+
+
 def _claimed_user(raw: bytes) -> str | None:
     try:
         return check_id(_claimed(raw, "user_id"), "user")
@@ -147,7 +159,7 @@ def _check(migrated: Migrated, user: _Read, target) -> None:
     copy = UserStore(target, user.user_id)
     migrated.same_sessions = dict(zip(user.values, copy.get_many(list(user.values)))) == user.values
     manifest = user.generation.manifest
-    spec = manifest["embeddings"]
+    spec = recorded_space(manifest["embeddings"])  # a space named "local" before spaces named their model is MiniLM
     after = Memory(user.user_id, store=target, embeddings=spec, l0_mode="raw")
     index = user.generation.index
     probes = []

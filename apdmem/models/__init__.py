@@ -7,6 +7,8 @@ Specifications:
   extractive or deterministic thing (L1/L2 are sentences of the session, the answer quotes the evidence).
 - ``"local:smollm2"``: SmolLM2-135M-Instruct on llama.cpp in process, a real (tiny) generative model; it needs
   the optional extra, ``pip install 'apdmem[local-chat]'`` (llama-cpp-python is compiled at install).
+- Embeddings ``"local"`` are ``"local:minilm"`` (all-MiniLM-L6-v2); ``"local:bge-small"`` is bge-small-en-v1.5.
+  Both are embedded (int8 ONNX); a memory records which one embedded it (`embeddings_id`).
 - ``"<provider>:<model>"``: any provider LangChain's `init_chat_model` / `init_embeddings` know
   (``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"``, ``"ollama:llama3.1"``,
   ``"openai:text-embedding-3-small"`` ...), with the provider's package installed (``pip install
@@ -34,7 +36,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel
 
 from apdmem.errors import ConfigError
-from apdmem.models.local import LocalChatModel, LocalCrossEncoder, LocalMiniLM, package_dir
+from apdmem.models.local import EMBEDDED, MINILM, LocalChatModel, LocalCrossEncoder, LocalEmbeddings, package_dir
 
 DEFAULT_CHAT = "local"  # extractive: no generative model
 LOCAL_CHAT = "local:smollm2"  # the embedded generative model, with the `local-chat` extra
@@ -64,13 +66,17 @@ def is_generative(spec) -> bool:
 
 
 def is_embedded(spec) -> bool:
-    """Whether a chat-model specification is one of the embedded ones ("local", "local:smollm2")."""
+    """Whether a specification names an embedded model: "local" or "local:<name>" (chat: "local:smollm2";
+    embeddings: "local:minilm", "local:bge-small")."""
     return isinstance(spec, str) and spec.partition(":")[0] == "local"
 
 
 def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
-    """Embeddings for a specification ("local", "<provider>:<model>"); an object is returned as it is."""
-    return _embeddings(spec, base_url) if isinstance(spec, str) else spec
+    """Embeddings for a specification ("local", "local:minilm", "local:bge-small", "<provider>:<model>"); an object
+    is returned as it is."""
+    if not isinstance(spec, str):
+        return spec
+    return _local_embeddings(embeddings_id(spec)) if is_embedded(spec) else _embeddings(spec, base_url)
 
 
 def get_reranker(spec=DEFAULT_RERANKER):
@@ -107,9 +113,16 @@ def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
 
 
 @functools.cache
+def _local_embeddings(space: str) -> LocalEmbeddings:
+    """The embedded model named `space` ("local" is "local:minilm": one instance for both names)."""
+    if space not in EMBEDDED:
+        raise ConfigError(f"unknown embedded embeddings {space!r}: use {' or '.join(map(repr, EMBEDDED))} "
+                          "('local' is 'local:minilm')")
+    return LocalEmbeddings(EMBEDDED[space])
+
+
+@functools.cache
 def _embeddings(spec: str, base_url: str | None) -> Embeddings:
-    if spec == "local":
-        return LocalMiniLM()
     from langchain.embeddings import init_embeddings
 
     options: dict = {}
@@ -144,8 +157,8 @@ def _create(factory, what: str, spec: str, base_url: str | None, options: dict):
 
 
 def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
-    """Embed with any LangChain embeddings into a normalized float32 array (fast path for LocalMiniLM)."""
-    if isinstance(embeddings, LocalMiniLM):
+    """Embed with any LangChain embeddings into a normalized float32 array (fast path for the embedded models)."""
+    if isinstance(embeddings, LocalEmbeddings):
         return embeddings.embed(texts)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
@@ -153,9 +166,34 @@ def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def embeddings_id(spec: str, base_url: str | None = None) -> str:
-    """A stable name for the vector space, stored beside the index so a mismatched model is caught."""
+def embeddings_id(spec: str | Embeddings, base_url: str | None = None) -> str:
+    """A stable name for the vector space, recorded in each memory so that a memory is never searched or extended
+    with another model. An embedded model's name is its own specification (``"local"`` is ``"local:minilm"``;
+    `base_url` is for providers, the embedded models ignore it), whether named or passed as an object; a
+    provider's is the specification, with the server when one is named; another object's is its class name.
+
+    >>> embeddings_id("local"), embeddings_id("local:bge-small", "http://localhost:8080/v1")
+    ('local:minilm', 'local:bge-small')
+    """
+    if isinstance(spec, LocalEmbeddings):
+        return spec.model.space
+    if not isinstance(spec, str):
+        return type(spec).__name__
+    if is_embedded(spec):
+        return MINILM.space if spec == DEFAULT_EMBEDDINGS else spec
     return json.dumps([spec, base_url]) if base_url else spec
+
+
+def recorded_space(recorded) -> object:
+    """The space a memory's manifest records, by today's names: memories written before the space named the model
+    record ``"local"`` (or ``["local", <base_url>]``) for all-MiniLM-L6-v2, the only embedded model there was."""
+    if isinstance(recorded, str) and recorded.startswith("["):
+        try:
+            spec = json.loads(recorded)[0]
+        except (ValueError, IndexError, KeyError, TypeError):
+            return recorded
+        return MINILM.space if spec == DEFAULT_EMBEDDINGS else recorded
+    return MINILM.space if recorded == DEFAULT_EMBEDDINGS else recorded
 
 
 # Errors that retrying cannot fix, whatever the provider's SDK (OpenAI's and Anthropic's share these names).

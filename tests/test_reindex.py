@@ -1,0 +1,194 @@
+"""Embedding spaces: each memory records the model that embedded it, a memory of another space is refused in one
+line naming `apdmem reindex` (and the store is left as it was), and `apdmem reindex` re-embeds it under the
+writer lock, keeping every layer; on both stores, with the real embedded models (all-MiniLM-L6-v2, the default,
+and bge-small-en-v1.5)."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import QUESTIONS
+from test_integrity import ENV, ROOT, snapshot
+
+from apdmem.cli import main
+from apdmem.errors import ConfigError, OtherSpaceError
+from apdmem.graph import Context, build_graph
+from apdmem.memory import Memory
+from apdmem.memory.backends import open_store
+from apdmem.memory.store import UserStore
+from apdmem.models import embeddings_id, get_embeddings
+from apdmem.settings import Settings
+from apdmem.tools import make_memory_tools
+
+BGE = "local:bge-small"
+REFUSAL = ("memory of user 'alice' was embedded with '{recorded}'; this configuration uses '{configured}': "
+           "run `apdmem reindex --user alice` to re-embed it")
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def layers_of(location: str) -> dict[str, str]:
+    """Hash of every layer file of alice (everything but the manifest and the index)."""
+    return {k: v for k, v in snapshot(location, "alice").items() if "sessions/" in k}
+
+
+@pytest.fixture
+def stored(store_location, history) -> str:
+    """A store (files or PostgreSQL) holding alice's history, ingested with the default embeddings, with the L1
+    facts and L2 notes of two sessions built (the extractive ones: no generative model)."""
+    memory = Memory("alice", store=store_location, l0_mode="raw")
+    memory.ingest(history)
+    for sid in ("s-dog", "s-job"):
+        memory.facts(sid), memory.notes(sid)
+    return store_location
+
+
+def test_the_embedded_models_name_their_spaces():
+    assert embeddings_id("local") == embeddings_id("local:minilm") == "local:minilm"
+    assert embeddings_id(BGE, "http://127.0.0.1:9/v1") == BGE  # the server is the providers', not the embedded models'
+    assert get_embeddings("local") is get_embeddings("local:minilm")  # one model under both names
+    assert embeddings_id(get_embeddings(BGE)) == BGE  # an embedded model passed as an object is in its own space
+    with pytest.raises(ConfigError, match="unknown embedded embeddings 'local:bge'"):
+        get_embeddings("local:bge")
+    texts = ["I adopted a beagle puppy and named her Biscuit.", "What is my dog's name?", "I bake sourdough bread."]
+    minilm, bge = get_embeddings("local").embed(texts), get_embeddings(BGE).embed(texts)
+    for vectors in (minilm, bge):
+        assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+        assert vectors[1] @ vectors[0] > vectors[1] @ vectors[2]  # the question is nearer its answer
+    assert float(np.min(np.sum(minilm * bge, axis=1))) < 0.5  # two spaces, not one model under two names
+
+
+def test_a_memory_of_another_space_is_refused_in_one_line_and_nothing_changes(stored, capsys, tmp_path):
+    before = snapshot(stored, "alice")
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps([{"session_id": "s-new", "date": "2024-07-01T10:00",
+                                "messages": [{"role": "user", "content": "I moved to Lisbon."}]}]))
+    refusal = REFUSAL.format(recorded="local:minilm", configured=BGE)
+    with pytest.raises(OtherSpaceError) as caught:
+        Memory("alice", store=stored, embeddings=BGE)
+    assert str(caught.value) == refusal
+    for command in (["search", "my dog"], ["show", "s-dog"], ["sessions"], ["forget", "s-dog"], ["ingest", str(new)],
+                    ["ask", "What is my dog's name?", "--no-reflection"]):
+        code, out, err = cli(capsys, *command, "--user", "alice", "--store", stored, "--embeddings", BGE)
+        assert (code, out, err) == (2, "", f"apdmem: error: {refusal}\n"), command
+    graph = build_graph(settings=Settings(store=stored, embeddings=BGE))
+    with pytest.raises(OtherSpaceError, match="apdmem reindex --user alice"):
+        graph.invoke({"question": "What is my dog's name?", "question_date": "2024-06-01"}, context=Context(user_id="alice"))
+    assert snapshot(stored, "alice") == before
+
+
+def test_reindex_re_embeds_every_unit_and_keeps_every_layer(stored, capsys):
+    layers, listing = layers_of(stored), Memory("alice", store=stored).manifest["sessions"]
+    opened = Memory("alice", store=stored)  # opened before the reindex, as a server's worker would be
+    search_tool = make_memory_tools(opened)[0]
+
+    code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE)
+    assert code == 0, err
+    assert out.startswith(f"user 'alice': 7 sessions, 14 L0 units re-embedded with '{BGE}' (was 'local:minilm')")
+
+    assert layers_of(stored) == layers  # L0 to L3 byte for byte
+    manifest = json.loads(UserStore(open_store(stored), "alice").get("manifest.json"))
+    assert manifest["embeddings"] == BGE and manifest["sessions"] == listing
+    assert UserStore(open_store(stored), "alice").keys("index/") == [f"index/{manifest['generation']}/{name}"
+                                                                     for name in ("units.json", "vectors.f32")]
+    memory = Memory("alice", store=stored, embeddings=BGE)
+    assert memory.index.dimension == 384 and len(memory.index) == 14
+    vectors = memory.index.dense.vectors()
+    stored_units = {(u.session_id, u.start): u for sid in memory.session_ids() for u in memory.units(sid)}  # L0, with texts
+    texts = [t for u in memory.index.units for t in stored_units[u.session_id, u.start].embed_texts]
+    assert np.allclose(vectors, get_embeddings(BGE).embed(texts), atol=0.02)  # bge's vectors, not MiniLM's
+    for question, session_id in QUESTIONS.items():
+        assert memory.search(question, k=1)[0].metadata["session_id"] == session_id, question
+
+    refusal = REFUSAL.format(recorded=BGE, configured="local:minilm")
+    with pytest.raises(OtherSpaceError, match="^" + refusal.replace("(", r"\(").replace(")", r"\)") + "$"):
+        Memory("alice", store=stored)
+    with pytest.raises(OtherSpaceError, match="apdmem reindex --user alice"):  # a memory opened before sees it too
+        search_tool.invoke({"query": "my dog"})
+    assert cli(capsys, "search", "my dog", "--user", "alice", "--store", stored) == (2, "", f"apdmem: error: {refusal}\n")
+
+    before = snapshot(stored, "alice")
+    code, out, _ = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE)
+    assert (code, out) == (0, f"user 'alice': already embedded with '{BGE}'; nothing to do\n")
+    assert snapshot(stored, "alice") == before
+    report = Memory.reindex("alice", store=stored)  # and back to the default, from Python
+    assert report.reindexed and (report.recorded, report.space, report.units) == (BGE, "local:minilm", 14)
+    assert layers_of(stored) == layers
+    assert Memory("alice", store=stored).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+
+
+def test_reindex_all_users_re_embeds_each_and_a_user_without_memory_is_left_alone(stored, history, capsys):
+    Memory("bob", store=stored, l0_mode="raw").ingest(history[:2])
+    code, out, err = cli(capsys, "reindex", "--all-users", "--store", stored, "--embeddings", BGE, "--quiet")
+    assert code == 0, err
+    assert [line.split(":")[0] for line in out.splitlines()] == ["user 'alice'", "user 'bob'"]
+    assert "user 'bob': 2 sessions, 4 L0 units re-embedded with 'local:bge-small' (was 'local:minilm')" in out
+    assert Memory("bob", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+    before = snapshot(stored)
+    code, out, err = cli(capsys, "reindex", "--user", "nobody", "--store", stored, "--embeddings", BGE)
+    assert (code, out) == (0, "user 'nobody': no memory in this store; nothing to do\n") and "no memory" in err
+    assert snapshot(stored) == before  # nothing created for nobody
+
+
+@pytest.mark.parametrize("legacy", ["local", json.dumps(["local", "http://127.0.0.1:9/v1"])])
+def test_a_memory_recording_the_old_name_local_is_read_as_minilm(stored, legacy, capsys):
+    user = UserStore(open_store(stored), "alice")
+    manifest = json.loads(user.get("manifest.json"))
+    user.put_json({"manifest.json": {**manifest, "embeddings": legacy}})  # as apdmem wrote it before spaces named models
+    before = snapshot(stored, "alice")
+    memory = Memory("alice", store=stored)
+    for question, session_id in QUESTIONS.items():
+        assert memory.search(question, k=1)[0].metadata["session_id"] == session_id
+    assert memory.read("s-dog", "L1") and cli(capsys, "sessions", "--user", "alice", "--store", stored)[0] == 0
+    assert snapshot(stored, "alice") == before  # read as it is, not rewritten
+    with pytest.raises(OtherSpaceError, match="was embedded with 'local:minilm'; this configuration uses 'local:bge-small'"):
+        Memory("alice", store=stored, embeddings=BGE)
+    assert Memory.reindex("alice", store=stored, embeddings=BGE).recorded == "local:minilm"
+
+
+KILLED_REINDEX = """
+import sys, time
+from pathlib import Path
+from apdmem.memory import Memory
+from apdmem.memory.generations import Generations
+
+def stall(self, generation):  # the new index is written (in PostgreSQL, inside the writer's transaction)
+    Path(sys.argv[2]).touch()
+    time.sleep(120)
+
+Generations._save_manifest = stall
+Memory.reindex("alice", store=sys.argv[1], embeddings="local:bge-small")
+"""
+
+
+def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored, tmp_path, capsys):
+    before, layers = snapshot(stored, "alice"), layers_of(stored)
+    marker = tmp_path / "index-written"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_REINDEX, stored, str(marker)], cwd=ROOT / "tests",
+                             env={**ENV, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), child.stderr.read()
+    if not stored.startswith("postgresql://"):  # on files the new generation's index is on disk, not yet current
+        assert len(snapshot(stored, "alice")) == len(before) + 2
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+
+    memory = Memory("alice", store=stored)  # the old generation, as it was; the killed writer's files swept
+    assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+    assert snapshot(stored, "alice") == before
+    with pytest.raises(OtherSpaceError):
+        Memory("alice", store=stored, embeddings=BGE)
+    assert cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")[0] == 0
+    assert layers_of(stored) == layers
+    assert Memory("alice", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
