@@ -16,7 +16,9 @@ rebuilt from the index when missing or damaged.
 
 Linking a new session compares it with every session of the index (O(sessions)); forgetting a session drops its
 links (the sessions that lose one are not re-linked to others: a later rebuild would); a session replaced
-(extended) is linked again as a new one.
+(extended) is linked again as a new one. Each commit first reads the terms and vectors of the whole index (linear
+in its units: 0.03 s for the 200 raw units of the 50-session history shipped with the package, whose whole table
+is built in 0.2 s, on a quiet core).
 """
 
 from __future__ import annotations
