@@ -134,8 +134,8 @@ def uncovered(state, session_id: str) -> bool:
 
 
 def plan(state, ctx) -> list[dict]:
-    """The next round's reads, at most `drill_width`: sessions to open, then sessions to read deeper.
-    Empty when the policy has nothing left to do."""
+    """The next round's reads, at most `drill_width`: sessions to open (one opened for a link says which, under
+    ``via``), then sessions to read deeper. Empty when the policy has nothing left to do."""
     opened = state.get("opened", {})
     picked = chosen(state)
     via = followed(state, picked)
