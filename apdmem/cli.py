@@ -76,7 +76,27 @@ def cmd_search(args) -> None:
 
 
 def cmd_show(args) -> None:
-    print(_memory(args).read(args.session, args.layer))
+    session = args.session or args.link_session
+    if args.links:
+        show_links(_memory(args), session)
+    elif session is None:
+        raise ConfigError("show needs a session id (or --links for the cross-session links)")
+    else:
+        print(_memory(args).read(session, args.layer))
+
+
+def show_links(memory, session_id: str | None) -> None:
+    """Print the cross-session links (of one session, or all): the two sessions with their dates, the strength
+    and its reason."""
+    links = memory.links(session_id)
+    dates = {sid: meta["date"][:10] for sid, meta in memory.manifest["sessions"].items()}
+    for link in links:
+        print(f"{link.session_id} ({dates.get(link.session_id, '?')}) -- {link.other} ({dates.get(link.other, '?')})  "
+              f"strength {link.strength:.3f}: units' best cosine {link.similarity:.3f}, term overlap {link.overlap:.3f}; "
+              f"shared: {', '.join(link.terms) or '(no rare term)'}")
+    if not links:
+        print(f"no links{' of session ' + session_id if session_id else ''} (sessions are linked when they share rare "
+              "terms and close units)")
 
 
 def cmd_forget(args) -> None:
@@ -134,7 +154,7 @@ def _context(args, memory):
     from apdmem.graph import Context
 
     return Context(user_id=memory.user_id, tmax=args.tmax, top_k=args.top_k, drill_width=args.drill_width,
-                   reflection=not args.no_reflection)
+                   reflection=not args.no_reflection, follow_links=args.follow_links)
 
 
 QUERY_SHOWN = 100  # characters of a query the progress lines show (a question may be pages long)
@@ -152,7 +172,10 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
             print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)
         elif chunk["event"] == "drill":
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
-            print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}", flush=True)
+            via = chunk.get("via")
+            link = (f" (linked from {via['from']}, strength {via['strength']:.3f}, shared: {', '.join(via['terms'])})"
+                    if via else "")
+            print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{link}", flush=True)
     return final
 
 
@@ -328,9 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, default=None,
                    help="leave out sessions scoring below this (the score printed; default: none, the k best are shown)")
     p.set_defaults(func=cmd_search)
-    p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown")
-    p.add_argument("session")
+    p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown; or the cross-session links")
+    p.add_argument("session", nargs="?")
     p.add_argument("--layer", choices=["L0", "L1", "L2", "L3"], default="L0")
+    p.add_argument("--links", action="store_true",
+                   help="the cross-session links instead (all, or those of the session given): the two sessions with "
+                        "their dates, the strength and why (units' best cosine, term overlap, the shared rare terms)")
+    p.add_argument("--session", dest="link_session", default=None, help="with --links: only this session's links")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("forget", parents=[common, user], help="remove a session from every layer and index")
     p.add_argument("session")
@@ -349,7 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default $APDMEM_TOP_K, else 20; the policy's threshold was set with 20)")
     graph.add_argument("--drill-width", type=positive, default=None,
                        help="reads per drilling round, run concurrently (default $APDMEM_DRILL_WIDTH, else 3)")
-    asking = Parser(add_help=False)
+    links = Parser(add_help=False)
+    links.add_argument("--follow-links", action="store_true", default=None,
+                       help="for questions that gather several sessions (how many, in total, the latest ...), also open "
+                            "the sessions linked to those opened (default $APDMEM_FOLLOW_LINKS, else off)")
+    asking = Parser(add_help=False, parents=[links])
     asking.add_argument("--no-reflection", action="store_true",
                         help="no model reflection between rounds: the deterministic disclosure policy decides")
     p = sub.add_parser("ask", parents=[common, user, graph, asking], help="answer a question from a user's memory")
@@ -373,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=positive, default=30, help="validity in days, at most 365 (default 30); "
                    "$APDMEM_AUTH_NOT_BEFORE on the server revokes tokens issued before a time")
     p.set_defaults(func=cmd_token)
-    p = sub.add_parser("demo", parents=[common, graph, l0], help="ingest a real user history (50 sessions) and answer its question")
+    p = sub.add_parser("demo", parents=[common, graph, l0, links], help="ingest a real user history (50 sessions) and answer its question")
     p.add_argument("--no-reflection", action="store_true",
                    help="no model reflection between rounds: the deterministic disclosure policy decides (always so with "
                         "the embedded chat models, local and local:smollm2, which cannot judge evidence; this flag matters "

@@ -10,7 +10,9 @@ share of sessions opened, overall and per question type: minutes instead of the 
 
 With `--deterministic` no eval run is needed: the queries are the question plus `decompose.events` (what
 `decompose` searches with no generative model), and the table has one row per value of `policy.HEAD` with the
-event split on and one with it off (the question alone): an ablation from one run.
+event split on and one with it off (the question alone): an ablation from one run. `--links` adds a row with the
+split and cross-session links followed (`Context.follow_links`: the links of what was found go into the state for the
+questions that `policy.follows_links`). `--types` keeps some question types (e.g. `--types multi-session temporal`).
 
 Date ranges come from the deterministic parser only (the model fallback of `normalize_dates` is not replayed).
 
@@ -18,6 +20,8 @@ Date ranges come from the deterministic parser only (the model fallback of `norm
         ../shared/data/longmemeval/longmemeval_s_dev.json.gz --results reports/run/no-reflection-local-disclosure/results.jsonl
     LANGSMITH_TRACING=false .venv/bin/python benchmarks/replay_policy.py --deterministic \\
         ../shared/data/longmemeval/longmemeval_s_dev.json.gz ../shared/data/longmemeval/longmemeval_s_dev2.json.gz
+    LANGSMITH_TRACING=false .venv/bin/python benchmarks/replay_policy.py ../shared/data/longmemeval/longmemeval_s_dev.json.gz \\
+        --deterministic --links --types multi-session temporal-reasoning
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from apdmem.models import get_reranker
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events, usable
-from apdmem.nodes.search import collect
+from apdmem.nodes.search import collect, linked
 from apdmem.tools import search_memory
 
 TYPE_NAMES = {"knowledge-update": "update", "multi-session": "multi", "single-session-assistant": "assistant",
@@ -56,13 +60,14 @@ def candidates_of(memory, queries: list[str], ranges, top_k: int, seconds: list[
     return found
 
 
-def variants(case, recorded: dict[str, list[str]] | None) -> dict[str, list[str]]:
+def variants(case, recorded: dict[str, list[str]] | None, links: bool = False) -> dict[str, list[str]]:
     """The query lists to replay for a question, by name: the recorded run's sub-queries (as `decompose` keeps them
     today: the run may predate a stricter filter), or with `--deterministic` the question with and without its
-    events."""
+    events (and with `links`, the split again, its links followed: the name ends in "+links")."""
     if recorded is not None:
         return {"run": [case.question] + [q for q in recorded[case.question_id][1:] if usable(q, case.question)]}
-    return {"split": [case.question, *events(case.question)], "no-split": [case.question]}
+    split = [case.question, *events(case.question)]
+    return {"split": split, "no-split": [case.question], **({"split+links": split} if links else {})}
 
 
 def main() -> None:
@@ -76,6 +81,10 @@ def main() -> None:
     parser.add_argument("--split-only", action="store_true", help="with --deterministic, only the questions that name "
                         "events (the others search the same queries either way): a cheaper ablation")
     parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
+    parser.add_argument("--links", action="store_true", help="with --deterministic, a row with the split and the "
+                        "cross-session links followed (Context.follow_links)")
+    parser.add_argument("--types", nargs="+", help="only these question types (LongMemEval's names or the table's: "
+                        + ", ".join(TYPE_NAMES.values()) + ")")
     args = parser.parse_args()
     heads = args.head or ([policy.HEAD] if args.deterministic else [0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35])
     recorded = None
@@ -88,20 +97,24 @@ def main() -> None:
         cases = [c for c in cases if recorded is None or c.question_id in recorded]
         if args.split_only:
             cases = [c for c in cases if events(c.question)]
+        if args.types:
+            cases = [c for c in cases if c.type in args.types or TYPE_NAMES.get(c.type) in args.types]
         with tempfile.TemporaryDirectory(prefix="apdmem-replay-") as directory:
             memories, _ = ingest({c.user: conversations[c.user] for c in cases}, directory, l0_mode="raw")
             for case in cases:
                 hints = resolve_relative_dates(case.question, case.question_date.date())
                 ranges = [(h.start, h.end) for h in hints] or None
                 memory, cache = memories[case.user], {}
-                for name, queries in variants(case, recorded).items():
+                for name, queries in variants(case, recorded, args.links).items():
+                    found = candidates_of(memory, queries, ranges, args.top_k, seconds, cache)
+                    follow = name.endswith("+links") and policy.follows_links(case.question)
                     states.append((name, case, len(memory.manifest["sessions"]), {
-                        "question": case.question, "searched": queries,
-                        "candidates": candidates_of(memory, queries, ranges, args.top_k, seconds, cache)}))
+                        "question": case.question, "searched": queries, "candidates": found,
+                        **({"links": linked(memory, list(found))} if follow else {})}))
     questions = len({case.question_id for _, case, _, _ in states})
     print(f"{questions} questions; search and rescoring of {args.top_k} sessions per query: median "
           f"{statistics.median(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms over {len(seconds)} queries\n")
-    print(f"{'queries':<9} {'HEAD':>5} {'recall':>7} {'opened':>7} {'count':>6}   recall (opened, questions) per type")
+    print(f"{'queries':<11} {'HEAD':>5} {'recall':>7} {'opened':>7} {'count':>6}   recall (opened, questions) per type")
     for name in dict.fromkeys(name for name, *_ in states):
         for value in heads:
             policy.HEAD = value
@@ -113,7 +126,7 @@ def main() -> None:
                 by_type[case.type].append(row)
             types = "  ".join(f"{TYPE_NAMES.get(t, t)} {mean([r[0] for r in v]):.3f} ({mean([r[1] for r in v]):.1%}, n={len(v)})"
                               for t, v in sorted(by_type.items()))
-            print(f"{name:<9} {value:>5.3f} {mean([r[0] for r in rows]):>7.3f} {mean([r[1] for r in rows]):>7.1%} "
+            print(f"{name:<11} {value:>5.3f} {mean([r[0] for r in rows]):>7.3f} {mean([r[1] for r in rows]):>7.1%} "
                   f"{mean([r[2] for r in rows]):>6.2f}   {types}")
 
 

@@ -218,8 +218,8 @@ def test_stale_index_is_rebuilt_on_open(make_memory, history, tmp_path, monkeypa
     reopened = make_memory(store=open_store(tmp_path))
     assert len(repaired) == 1 and "index of generation" in repaired[0]
     assert answers(reopened) == answers(memory)
-    assert sorted(user.keys("index/")) == [f"index/{reopened.manifest['generation']}/units.json",
-                                            f"index/{reopened.manifest['generation']}/vectors.f32"]
+    assert sorted(user.keys("index/")) == [f"index/{reopened.manifest['generation']}/{name}"
+                                           for name in ("links.json", "units.json", "vectors.f32")]
 
 
 def test_other_embeddings_are_refused(make_memory, history, tmp_path, monkeypatch):

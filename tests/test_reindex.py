@@ -98,8 +98,8 @@ def test_reindex_re_embeds_every_unit_and_keeps_every_layer(stored, capsys):
     assert layers_of(stored) == layers  # L0 to L3 byte for byte
     manifest = json.loads(UserStore(open_store(stored), "alice").get("manifest.json"))
     assert manifest["embeddings"] == BGE and manifest["sessions"] == listing
-    assert UserStore(open_store(stored), "alice").keys("index/") == [f"index/{manifest['generation']}/{name}"
-                                                                     for name in ("units.json", "vectors.f32")]
+    assert sorted(UserStore(open_store(stored), "alice").keys("index/")) == [f"index/{manifest['generation']}/{name}"
+                                                                             for name in ("links.json", "units.json", "vectors.f32")]
     memory = Memory("alice", store=stored, embeddings=BGE)
     assert memory.index.dimension == 384 and len(memory.index) == 14
     vectors = memory.index.dense.vectors()
@@ -180,7 +180,7 @@ def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored,
         time.sleep(0.05)
     assert marker.exists(), child.stderr.read()
     if not stored.startswith("postgresql://"):  # on files the new generation's index is on disk, not yet current
-        assert len(snapshot(stored, "alice")) == len(before) + 2
+        assert len(snapshot(stored, "alice")) == len(before) + 3  # units.json, vectors.f32, links.json
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
 

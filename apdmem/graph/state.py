@@ -79,6 +79,7 @@ class State(InputState, OutputState, total=False):
     queries: list[str]
     searched: Annotated[list[str], operator.add]
     candidates: dict[str, dict]  # session id -> {date, summary, score, spans, hits: {query: score}}
+    links: dict[str, list[dict]]  # with `follow_links`: candidate session id -> its links {session_id, strength, terms}
     evidence: Annotated[list[Evidence], operator.add]
     opened: Annotated[dict[str, str], deepest]
     drills: Annotated[list[Drill], operator.add]

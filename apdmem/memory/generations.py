@@ -6,7 +6,8 @@ A user's store holds, under ``users/<user>/``:
 - ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count) and the number of
   the current *generation*;
 - ``index/<generation>/units.json`` and ``vectors.f32``: the L0 units and their vectors as saved by that
-  generation (derived data: rebuilt from the layers when missing or damaged);
+  generation, and ``links.json``, the cross-session links (`apdmem.memory.links`) built from them (derived data:
+  rebuilt from the layers, the links from the index, when missing or damaged);
 - ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
   once read).
 
@@ -43,6 +44,7 @@ import numpy as np
 from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
+from apdmem.memory.links import LinkTable
 from apdmem.memory.records import Session, Unit, check_id
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
 from apdmem.models import recorded_space
@@ -62,6 +64,7 @@ class Generation:
     raw: bytes | None  # manifest.json as read (None: nothing stored yet)
     manifest: dict
     index: UnitIndex | None  # None until the first session (its dimension comes from the embeddings)
+    links: LinkTable | None = None  # the sessions' links, saved with the index (None with it)
 
     @property
     def number(self) -> int:
@@ -198,10 +201,15 @@ class Generations:
                           f"the embeddings give {self._dimension()}")
         if not _indexes_listing(index, manifest):
             raise Damaged(f"index of generation {number} does not match the listing")
+        links = self._saved_links(number, manifest)
+        if links is None:
+            if self.store.get("manifest.json") != raw:
+                raise Stale()
+            raise Damaged(f"link table of generation {number} is missing or damaged")
         stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
         if missing := [s for s in manifest["sessions"] if session_key(s) not in stored]:
             raise Damaged(f"listed sessions without their files: {', '.join(missing)}")
-        return Generation(raw, manifest, index)
+        return Generation(raw, manifest, index, links)
 
     def _unlisted_sessions(self, manifest: dict, folders: set[str]) -> dict[str, Session]:
         """Whole sessions stored but not listed, and not named by a writer as unfinished: a listing lost or
@@ -234,26 +242,29 @@ class Generations:
         """A copy of `generation` to change; the stored one is untouched until `commit`."""
         manifest = json.loads(json.dumps(generation.manifest))
         index = generation.index.compact() if generation.index else UnitIndex(self._dimension(), self.lexical)  # a copy
-        return Generation(generation.raw, manifest, index)
+        links = generation.links.copy() if generation.links else LinkTable()
+        return Generation(generation.raw, manifest, index, links)
 
     def commit(self, generation: Generation) -> Generation:
-        """Save the index of a new generation, then the manifest that makes it current, then drop the index
-        files of the generations before it. Sessions now listed are no longer unfinished. Called under the
-        writer lock."""
+        """Save the index of a new generation (with its link table, built from the index if the generation has
+        none), then the manifest that makes it current, then drop the index files of the generations before it.
+        Sessions now listed are no longer unfinished. Called under the writer lock."""
         old = generation.manifest["generation"]
         number = generation.manifest["generation"] = max(old, self.current.number) + 1
         _settle(generation.manifest, generation.manifest["sessions"])
         index = generation.index if generation.index.alive.all() else generation.index.compact()
         table, vectors = index.dump()
-        self.store.put({f"index/{number}/units.json": table, f"index/{number}/vectors.f32": vectors})
-        committed = self._save_manifest(Generation(None, generation.manifest, index))
+        links = generation.links if generation.links is not None else LinkTable.build(index)
+        self.store.put({f"index/{number}/units.json": table, f"index/{number}/vectors.f32": vectors,
+                        f"index/{number}/links.json": links.dump()})
+        committed = self._save_manifest(Generation(None, generation.manifest, index, links))
         self.store.delete(self._debris(committed)[0])
         return committed
 
     def _save_manifest(self, generation: Generation) -> Generation:
         raw = json.dumps(generation.manifest, ensure_ascii=False).encode()
         self.store.put({"manifest.json": raw})
-        saved = Generation(raw, generation.manifest, generation.index)
+        saved = Generation(raw, generation.manifest, generation.index, generation.links)
         self.adopt(saved)
         return saved
 
@@ -266,9 +277,10 @@ class Generations:
             generation = self.derive(current)
             for sid in replaced:
                 generation.index.remove(sid)
+                generation.links.remove(sid)
                 del generation.manifest["sessions"][sid]
         else:
-            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index)
+            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index, current.links)
         unfinished = generation.manifest.setdefault("unfinished", [])
         unfinished += [s for s in session_ids if s not in unfinished]
         begun = self.commit(generation) if replaced else self._save_manifest(generation)
@@ -299,6 +311,7 @@ class Generations:
         between leaves files that the next writer deletes, never a session listed again."""
         generation = self.derive(current)
         generation.index.remove(session_id)
+        generation.links.remove(session_id)
         del generation.manifest["sessions"][session_id]
         generation.manifest.setdefault("unfinished", []).append(session_id)
         committed = self.commit(generation)
@@ -357,7 +370,7 @@ class Generations:
         if generation.manifest.get("unfinished") and generation.raw is not None:
             manifest = json.loads(json.dumps(generation.manifest))
             _settle(manifest, manifest.get("unfinished", []))
-            generation = self._save_manifest(Generation(None, manifest, generation.index))
+            generation = self._save_manifest(Generation(None, manifest, generation.index, generation.links))
         return generation
 
     # --- repair -----------------------------------------------------------------------------------------------
@@ -365,7 +378,8 @@ class Generations:
     def repair(self, raw: bytes | None, damage: str, *, save: bool = True) -> Generation:
         """Rebuild what a reader could not use (under the writer lock, or with ``save=False`` in memory only):
         the listing from the stored sessions if the manifest is missing or unreadable, whole sessions that
-        are not listed are listed again, the index is rebuilt from the L0 layers if it does not fit; listed
+        are not listed are listed again, the index is rebuilt from the L0 layers if it does not fit, the link
+        table from the index; listed
         sessions that can no longer be read are dropped from the listing (their files are kept). Logs a
         warning naming what was repaired."""
         try:
@@ -397,10 +411,11 @@ class Generations:
         for sid, session in relisted.items():
             sessions[sid] = listing(session, 0)
         self._index_units(index, [sid for sid in sessions if rebuilt or sid in relisted], sessions)
+        links = LinkTable.build(index)  # cheap beside embedding, and what it was built from may have changed
         if save:
-            generation = self.sweep(self.commit(Generation(raw, manifest, index)))
+            generation = self.sweep(self.commit(Generation(raw, manifest, index, links)))
         else:
-            generation = Generation(raw, manifest, index)
+            generation = Generation(raw, manifest, index, links)
         log.warning("apdmem: repaired the memory of user %r (%s): %s%s%s%s", self.user_id, damage,
                     f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept",
                     f"; listed again: {', '.join(sorted(relisted))}" if relisted else "",
@@ -431,6 +446,14 @@ class Generations:
         if index is None or index.dimension != self._dimension() or not _indexes_listing(index, manifest):
             return None
         return index
+
+    def _saved_links(self, number: int, manifest: dict) -> LinkTable | None:
+        """The link table saved with generation `number`, if it is readable and links listed sessions only."""
+        raw = self.store.get(f"index/{number}/links.json")
+        try:
+            return LinkTable.load(raw, manifest["sessions"]) if raw is not None else None
+        except ValueError:
+            return None
 
     def unreadable_session(self, session_id: str) -> Session | None:
         """A listed session whose session.json cannot be read: rebuilt from its L3.md if that is readable

@@ -73,7 +73,11 @@ class RankBM25:
 
     def ceiling(self, query: list[str]) -> float:
         """The score a document would reach by holding every query term (see `score_ceiling`)."""
-        return score_ceiling(query, self._model.idf if self._model else {}, len(self._docs))
+        return score_ceiling(query, self.idf(), len(self._docs))
+
+    def idf(self) -> dict[str, float]:
+        """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
+        return self._model.idf if self._model else {}
 
 
 class SparseBM25:
@@ -124,7 +128,11 @@ class SparseBM25:
 
     def ceiling(self, query: list[str]) -> float:
         """The score a document would reach by holding every query term (see `score_ceiling`)."""
-        return score_ceiling(query, self._idf_table() if self._lengths else {}, len(self._lengths))
+        return score_ceiling(query, self.idf(), len(self._lengths))
+
+    def idf(self) -> dict[str, float]:
+        """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
+        return self._idf_table() if self._lengths else {}
 
 
 def score_ceiling(query: list[str], idf: dict[str, float], n: int) -> float:

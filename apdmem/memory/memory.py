@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
+from apdmem.memory.links import Link
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id, readable
@@ -233,6 +234,7 @@ class Memory:
                 report.units += len(units)
             if fresh:
                 generation.index.add([u for _, units, _ in fresh for u in units], np.concatenate([v for _, _, v in fresh]))
+                generation.links.add(generation.index, [s.session_id for s, _, _ in fresh])
                 self.generations.commit(generation)
 
     def _valid_notes(self, session: Session) -> dict[int, list[str]]:
@@ -401,6 +403,25 @@ class Memory:
     def as_retriever(self, k: int = SEARCH_K, *, min_score: float | None = None, rerank: bool = False) -> HybridRetriever:
         """This memory as a LangChain retriever (`k`, `min_score` and `rerank` as in `search`)."""
         return HybridRetriever(memory=self, k=k, min_score=min_score, rerank=rerank)
+
+    def links(self, session_id: str | None = None) -> list[Link]:
+        """Cross-session links (`apdmem.memory.links`): every link between two stored sessions (the older one
+        first), or those of one session (`session_id` first in each), strongest first. Each says why: the best
+        cosine between the two sessions' units, the idf-weighted overlap of their terms and the rarest terms they
+        share.
+
+        >>> [(l.other, l.strength, l.terms) for l in memory.links("chat-7")]            # doctest: +SKIP
+        """
+        self.refresh()
+        generation = self.generations.current
+        if session_id is not None and session_id not in generation.manifest["sessions"]:
+            raise UnknownSessionError(session_id)
+        links = generation.links.links(session_id) if generation.links else []
+        if session_id is None:
+            sessions = generation.manifest["sessions"]
+            links = [link if (sessions[link.session_id]["date"], link.session_id) <= (sessions[link.other]["date"], link.other)
+                     else link.reversed() for link in links]
+        return links
 
     def units(self, session_id: str) -> list[Unit]:
         """L0 units of a session."""

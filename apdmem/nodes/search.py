@@ -3,6 +3,7 @@ best unit."""
 
 from __future__ import annotations
 
+from apdmem.nodes import policy
 from apdmem.nodes.common import annotate, emit, open_memory
 from apdmem.tools import search_memory
 
@@ -11,7 +12,9 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     """Search each query not searched yet on its own, preferring sessions in the question's date ranges, and
     rescore its hits with the cross-encoder (the policy reads how those scores fall off). Each query on its own, so
     that what every sub-query found stays visible (the disclosure policy covers each one); `collect` merges the
-    hits into the candidate sessions. `settings` and `memory` are what the graph was built with (`build_graph`)."""
+    hits into the candidate sessions. With the `follow_links` option and a question that gathers several sessions
+    (`policy.follows_links`), the candidates' cross-session links go into the state for the policy to follow.
+    `settings` and `memory` are what the graph was built with (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
@@ -25,7 +28,19 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     step = state.get("step", 0) + 1
     annotate(step=step, queries=queries, session_ids=sessions)
     emit(runtime, event="search", step=step, queries=queries, sessions=sessions)
-    return {"candidates": candidates, "searched": queries, "step": step}
+    links = linked(memory, list(candidates)) if ctx.follow_links and policy.follows_links(state.get("question", "")) else {}
+    return {"candidates": candidates, "searched": queries, "step": step, **({"links": links} if links else {})}
+
+
+def linked(memory, session_ids: list[str]) -> dict[str, list[dict]]:
+    """The cross-session links of these sessions (`Memory.links`), as the state holds them: per session, the
+    sessions it is linked to with the strength and the shared terms of each link."""
+    wanted, out = set(session_ids), {}
+    for link in memory.links():
+        for sid, other in ((link.session_id, link.other), (link.other, link.session_id)):
+            if sid in wanted:
+                out.setdefault(sid, []).append({"session_id": other, "strength": link.strength, "terms": list(link.terms)})
+    return out
 
 
 def collect(candidates: dict[str, dict], query: str, docs) -> list[str]:

@@ -1,0 +1,221 @@
+"""Cross-session links: built at ingestion without a model (shared rare terms, close units), stored beside the
+index of each generation on both stores, rebuilt when damaged, swept with old generations, shown by the API and
+the command line, and followed by the disclosure policy for questions that gather several sessions."""
+
+import hashlib
+import logging
+
+import pytest
+from conftest import HISTORY, make_session
+from graph_helpers import ScriptedChatModel, clean_environment, run_graph
+
+from apdmem.cli import ask, main
+from apdmem.errors import UnknownSessionError
+from apdmem.graph import Context, Settings, build_graph
+from apdmem.memory import Memory
+from apdmem.memory.backends import open_store
+from apdmem.memory.store import UserStore
+
+# Two sessions about the same purchases (the second names the items, not the first's words), dated after HISTORY.
+SHOP_1 = make_session("s-shop1", "2024-06-01T10:00", [
+    "I bought two pairs of Hoka running shoes and a Patagonia rain jacket at the REI sale today.",
+    "Nice haul! Were they discounted?",
+    "The Hoka Clifton shoes were 30% off, the Patagonia jacket was full price.",
+    "REI members also get a dividend on purchases.",
+])
+SHOP_2 = make_session("s-shop2", "2024-06-20T10:00", [
+    "I went back to REI and bought another pair of Hoka Clifton running shoes for trail days.",
+    "So that's three pairs of Hoka shoes now?",
+    "Yes, and I returned the Patagonia rain jacket because it was too big.",
+    "REI has a generous return policy for members.",
+])
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch):
+    clean_environment(monkeypatch)
+
+
+@pytest.fixture
+def history():
+    return [make_session(s, d, t) for s, (d, t) in HISTORY.items()] + [SHOP_1, SHOP_2]
+
+
+def pairs(memory) -> set[frozenset]:
+    return {frozenset((link.session_id, link.other)) for link in memory.links()}
+
+
+def test_sessions_about_the_same_purchases_are_linked_and_unrelated_ones_are_not(store_location, history):
+    memory = Memory("alice", store=store_location, l0_mode="raw")
+    memory.ingest(history)
+    assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}  # the seven unrelated sessions link to nothing
+    link = memory.links("s-shop2")[0]
+    assert (link.session_id, link.other) == ("s-shop2", "s-shop1")
+    assert {"hoka", "patagonia", "clifton"} <= set(link.terms)  # the reason: the rare terms they share (stemmed)
+    assert link.strength == pytest.approx((link.similarity + link.overlap) / 2, abs=1e-3) and link.similarity > 0.5
+    assert memory.links("s-shop1")[0].other == "s-shop2" and memory.links("s-dog") == []
+    with pytest.raises(UnknownSessionError):
+        memory.links("s-nowhere")
+    # Another process (a new Memory) reads the table saved with the generation.
+    assert pairs(Memory("alice", store=store_location, l0_mode="raw")) == pairs(memory)
+
+
+def test_forget_removes_links_and_a_replaced_session_is_linked_again(store_location, history):
+    memory = Memory("alice", store=store_location, l0_mode="raw")
+    memory.ingest(history)
+    # The second session replaced by a conversation about something else: its links are computed again (to the
+    # session about the knee now).
+    memory.remember([{"role": "user", "content": "My knee feels better after swimming twice a week."}],
+                    session_id="s-shop2", date="2024-06-20T10:00")
+    assert pairs(memory) == {frozenset({"s-shop2", "s-knee"})}
+    assert "swim" in memory.links("s-shop2")[0].terms
+    memory.ingest([SHOP_2])
+    assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+    memory.forget("s-shop1")
+    assert memory.links() == [] and memory.links("s-shop2") == []
+    assert Memory("alice", store=store_location, l0_mode="raw").links() == []
+
+
+def stored(location: str, user: str = "alice") -> dict[str, bytes]:
+    store = UserStore(open_store(location), user)
+    keys = store.keys()
+    return dict(zip(keys, store.get_many(keys)))
+
+
+def digests(values: dict[str, bytes]) -> dict[str, str]:
+    """Every stored file's hash, index files named without their generation (a repair commits a new one)."""
+    out = {}
+    for key, value in values.items():
+        if key.startswith("index/"):
+            key = "index/" + key.split("/", 2)[2]
+        if key != "manifest.json":
+            out[key] = hashlib.sha256(value).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "unknown session"])
+def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(store_location, history, caplog, damage):
+    Memory("alice", store=store_location, l0_mode="raw").ingest(history)
+    before = stored(store_location)
+    links_key = next(k for k in before if k.endswith("/links.json"))
+    store = UserStore(open_store(store_location), "alice")
+    if damage == "missing":
+        store.delete([links_key])
+    else:
+        store.put({links_key: b"\x00garbage" if damage == "garbage" else
+                   b'{"format": 1, "threshold": 0.3, "links": {"s-gone": [["s-shop1", 0.9, 0.9, 0.9, []]]}}'})
+    with caplog.at_level(logging.WARNING, logger="apdmem"):
+        memory = Memory("alice", store=store_location, l0_mode="raw")
+        assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+    assert [r.getMessage() for r in caplog.records if "repaired" in r.getMessage()] != []
+    assert "link table of generation" in caplog.text and "saved index kept" in caplog.text  # nothing re-embedded
+    after = stored(store_location)
+    assert digests(after) == digests(before)  # the same layers, the same index, the same links, in a new generation
+    assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+
+
+def test_the_link_table_of_another_generation_is_debris_like_its_index_files(store_location, history):
+    Memory("alice", store=store_location, l0_mode="raw").ingest(history)
+    before = stored(store_location)
+    current = next(k for k in before if k.endswith("/links.json")).split("/")[1]
+    store = UserStore(open_store(store_location), "alice")
+    old = [f"index/{int(current) + 7}/{name}" for name in ("units.json", "vectors.f32", "links.json")]
+    store.put({old[0]: before[f"index/{current}/units.json"], old[1]: before[f"index/{current}/vectors.f32"],
+               old[2]: before[f"index/{current}/links.json"]})
+    orphan = f"index/{int(current) + 8}/links.json"  # a link table alone, as a writer killed between two puts may leave
+    store.put({orphan: before[f"index/{current}/links.json"]})
+    memory = Memory("alice", store=store_location, l0_mode="raw")  # opening a store sweeps what killed writers left
+    assert stored(store_location) == before
+    assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_show_links_prints_both_sessions_with_dates_strength_and_reason(tmp_path, capsys, history, embeddings):
+    where = ["--store", str(tmp_path / "mem"), "--user", "alice"]
+    Memory("alice", store=str(tmp_path / "mem"), l0_mode="raw").ingest(history)
+    code, out, err = cli(capsys, "show", "--links", *where)
+    assert (code, err) == (0, "")
+    [line] = out.splitlines()
+    assert line.startswith("s-shop1 (2024-06-01) -- s-shop2 (2024-06-20)  strength 0.")
+    assert "units' best cosine 0." in line and "term overlap 0." in line and "hoka" in line.split("shared: ")[1]
+    code, out, _ = cli(capsys, "show", "--links", "--session", "s-shop2", *where)
+    assert code == 0 and out.startswith("s-shop2 (2024-06-20) -- s-shop1 (2024-06-01)")  # the session asked for first
+    code, out, _ = cli(capsys, "show", "s-dog", "--links", *where)
+    assert code == 0 and out.startswith("no links of session s-dog")
+    code, out, err = cli(capsys, "show", "--links", "--session", "s-nowhere", *where)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "s-nowhere" in err
+    code, _, err = cli(capsys, "show", *where)
+    assert code == 2 and "needs a session id" in err
+
+
+@pytest.fixture
+def shopper(history):
+    model = ScriptedChatModel()  # builds L1 when a session is opened; the deterministic policy asks no model
+    memory = Memory("alice", store=None, l0_mode="raw", chat_model=model)
+    memory.ingest(history)
+    return memory, Settings(chat_model=model)
+
+
+def drills(events: list[dict]) -> list[tuple[str, dict | None]]:
+    return [(e["session_id"], e.get("via")) for e in events if e["event"] == "drill"]
+
+
+def test_the_policy_follows_a_link_for_an_aggregation_question_within_its_budget(shopper, capsys):
+    memory, settings = shopper
+    question = "How many pairs of running shoes did I buy in total?"
+    # Two sessions per search: the best stands out alone (the second is the background), so only a link can
+    # bring the other purchase in.
+    final, events = run_graph(question, Context(reflection=False, top_k=2), settings=settings, memory=memory)
+    best = next(iter(final["opened"]))
+    assert set(final["opened"]) == {best} and best in ("s-shop1", "s-shop2")
+    final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True), settings=settings, memory=memory)
+    other = ({"s-shop1", "s-shop2"} - {best}).pop()
+    assert set(final["opened"]) == {best, other}
+    via = dict(drills(events))[other]
+    assert via["from"] == best and "hoka" in via["terms"] and via["strength"] >= 0.3
+    assert final["step"] <= Context().tmax
+    # The trace `apdmem ask` and `apdmem demo` print names the link followed.
+    capsys.readouterr()
+    ask(question, "2024-07-01", build_graph(settings=settings, memory=memory),
+        Context(reflection=False, top_k=2, follow_links=True))
+    trace = capsys.readouterr().out
+    assert f"read L1 of {other} (linked from {best}, strength 0." in trace and "hoka" in trace
+    # The budget holds: with one search and one read allowed, the link is not followed.
+    final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True, tmax=2), settings=settings,
+                              memory=memory)
+    assert set(final["opened"]) == {best} and final["step"] == 2
+
+
+@pytest.mark.parametrize("question", ["Did I return the rain jacket?", "What is my dog's name?"])
+def test_the_policy_follows_no_link_for_a_single_fact_question(shopper, question):
+    memory, settings = shopper
+    final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True), settings=settings, memory=memory)
+    assert len(final["opened"]) == 1 and all(via is None for _, via in drills(events))
+    assert "links" not in final
+
+
+def test_the_policy_follows_the_strongest_links_of_what_it_picked_at_most_links_followed():
+    import doctest
+
+    from apdmem.nodes import policy
+
+    def link(sid, strength):
+        return {"session_id": sid, "strength": strength, "terms": ["hoka"]}
+
+    scores = {"s1": 2.0, "s2": 1.0, "s3": 0.9, "s4": 0.9, "s5": 0.8}
+    candidates = {s: {"date": "", "summary": "", "score": v, "spans": [], "hits": {"q": v}} for s, v in scores.items()}
+    links = {"s1": [link("s3", 0.5), link("s6", 0.4), link("s7", 0.35)], "s2": [link("s8", 0.9)]}
+    state = {"question": "q", "searched": ["q"], "candidates": candidates, "links": links}
+    assert policy.chosen(state) == ["s1"]  # s2 is not opened: its links are not followed
+    assert policy.wanted(state) == ["s1", "s3", "s6"] and policy.LINKS_FOLLOWED == 2
+    assert policy.followed(state, ["s1"])["s3"] == {"from": "s1", "strength": 0.5, "terms": ["hoka"]}
+    reads = policy.plan(state, Context(drill_width=2))
+    assert reads == [{"session_id": "s1", "layer": "L1"}, {"session_id": "s3", "layer": "L1", "via": policy.followed(state, ["s1"])["s3"]}]
+    assert policy.wanted({**state, "links": {}}) == ["s1"]
+    assert doctest.testmod(policy).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no
