@@ -2,6 +2,7 @@
 dense texts, and `apdmem bench retrieval` on LoCoMo and LongMemEval files. Real MiniLM, real indexes."""
 
 import math
+import re
 from datetime import date, datetime
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from apdmem.memory.index import K1, RankBM25, SparseBM25, tokenize
 from apdmem.memory.layers import raw_unit
 from apdmem.errors import ConfigError
 from apdmem.memory.retriever import (DATE_BOOST, DATE_SLACK_DAYS, DENSE_WEIGHT, PERFECT, date_closeness, date_ranges,
-                                     fuse, rank_sessions, rerank)
+                                     fuse, passage, rank_sessions, rerank)
 
 LOCOMO = Path(__file__).parent / "fixtures" / "locomo_small.json"
 
@@ -280,6 +281,35 @@ def test_the_cross_encoder_rescores_what_a_search_found():
     assert [d.metadata["score"] for d in rerank(query, docs[:1], reranker)] == [0.0]  # one hit: nothing to compare
 
 
+def test_the_cross_encoder_reads_the_sentences_of_a_long_unit_that_match_the_query():
+    filler = [" ".join(f"We chatted about topic number {n} for a while." for n in range(start, start + 20)) for start in (0, 20)]
+    unit = f"user: Hello there. {filler[0]}\nassistant: Your knee pain sounds like runner's knee. {filler[1]} Try squats."  # 370 words
+    kept = passage("What did you say about my knee pain?", unit, words=40)
+    assert "assistant: Your knee pain sounds like runner's knee." in kept  # the sentence naming the query's words, past word 180
+    assert 30 < len(kept.split()) <= 40 and kept.startswith("user: Hello there. We chatted about topic number 0")  # filled up
+    sentences = [s.strip() for s in re.split(r"(?<=\.)\s+|\n", unit)]
+    kept_sentences = [s.strip() for s in re.split(r"(?<=\.)\s+|\n", kept)]
+    assert kept_sentences == [s for s in sentences if s in kept_sentences]  # in the unit's order
+    assert passage("knee", "A short unit is read whole. Even with no match.", words=40) == "A short unit is read whole. Even with no match."
+    assert passage("knee", "word " * 100, words=40) == " ".join(["word"] * 40)  # one long sentence: its head
+    # The search node's rescoring reads passages; passage_words=None reads the units whole.
+    from langchain_core.documents import Document
+    from apdmem.models import get_reranker
+
+    docs = [Document(page_content=unit, metadata={"session_id": "s1", "score": 0.5}),
+            Document(page_content="user: I bought a guitar.", metadata={"session_id": "s2", "score": 0.4})]
+    pairs = []
+
+    class Recording:
+        def score(self, text_pairs):
+            pairs.extend(text_pairs)
+            return get_reranker().score(text_pairs)
+
+    rerank("my knee pain", docs, Recording())
+    rerank("my knee pain", docs, Recording(), passage_words=None)
+    assert [text for _, text in pairs] == [passage("my knee pain", unit), "user: I bought a guitar.", unit, "user: I bought a guitar."]
+
+
 def test_search_memory_rescores_one_query_with_the_settings_reranker(make_memory, history):
     from types import SimpleNamespace
 
@@ -302,7 +332,7 @@ def test_search_memory_rescores_one_query_with_the_settings_reranker(make_memory
     runtime = SimpleNamespace(context=Context(top_k=4), stream_writer=None)
     out = search({"question": question, "queries": [question, "knee exercises"]}, runtime,
                  settings=Settings(reranker_model=Recording()), memory=memory)
-    searched = [d.page_content for q in (question, "knee exercises") for d in memory.search(q, k=4)]
+    searched = [passage(q, d.page_content) for q in (question, "knee exercises") for d in memory.search(q, k=4)]
     assert sorted(pairs) == sorted(zip([question] * 4 + ["knee exercises"] * 4, searched))
     assert policy.ranking(out["candidates"], question)[0] == "s-knee"
     # A session's score is its best over the queries, negative ones (standard scores) included.

@@ -13,6 +13,7 @@ controller does this once per query, outside the millisecond budget of `Memory.s
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -32,6 +33,9 @@ PERFECT = {"score": 1.0, "rrf": 2 / (RRF_K + 1)}  # a unit that both signals sco
 KEYWORD_BOOST = 0.25  # per exact keyword match of an llm-mode unit (in RRF: half a first place in one ranking)
 DATE_BOOST = 0.1  # a session inside the date range gains a tenth of a perfect score
 DATE_SLACK_DAYS = 3  # dates in questions are loose: the boost halves about 2 days (or a quarter of the range) outside
+
+PASSAGE_WORDS = 90  # what the cross-encoder reads of a unit (`passage`): ~130 tokens with the query
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 DateRange = tuple[date | str, date | str]
 
@@ -138,22 +142,51 @@ def rank_sessions(
     return sorted(best.values(), key=lambda h: (-h.score, h.session_id))[:k]
 
 
-def rerank(query: str, docs: list[Document], reranker) -> list[Document]:
+def rerank(query: str, docs: list[Document], reranker, *, passage_words: int | None = PASSAGE_WORDS) -> list[Document]:
     """The search documents `docs` rescored and re-sorted: each score becomes the mean of its standard score
-    among the hits and the standard score of the cross-encoder's logit for (query, unit text). The search keeps
-    half the say: it carries what the cross-encoder cannot see (dates, the session's other units).
+    among the hits and the standard score of the cross-encoder's logit for the query and the unit's `passage`
+    (at most `passage_words` words; None: the whole unit). The search keeps half the say: it carries what the
+    cross-encoder cannot see (dates, the session's other units).
 
     The original scores stay in the metadata as ``search_score`` and ``rerank_score``.
     """
     if not docs:
         return []
-    logits = np.asarray(reranker.score([(query, doc.page_content) for doc in docs]), dtype=np.float64)
+    texts = [doc.page_content if passage_words is None else passage(query, doc.page_content, passage_words) for doc in docs]
+    logits = np.asarray(reranker.score([(query, text) for text in texts]), dtype=np.float64)
     searched = np.asarray([doc.metadata["score"] for doc in docs], dtype=np.float64)
     fused = (standardized(searched) + standardized(logits)) / 2
     rescored = [Document(page_content=doc.page_content, metadata={**doc.metadata, "score": float(score),
                                                                   "search_score": doc.metadata["score"], "rerank_score": float(logit)})
                 for doc, score, logit in zip(docs, fused, logits)]
     return sorted(rescored, key=lambda d: (-d.metadata["score"], d.metadata["session_id"]))
+
+
+def passage(query: str, text: str, words: int = PASSAGE_WORDS) -> str:
+    """What the cross-encoder reads of a unit: the whole text when it has at most `words` words, else its
+    sentences that share the most query terms, in their original order, up to `words` words. The cross-encoder's
+    cost grows with its input; a unit's few matching sentences decide its relevance.
+
+    >>> passage("where did I park the car?", "We talked. I parked the car on Elm Street. Then lunch.", words=8)
+    'I parked the car on Elm Street.'
+    """
+    if len(text.split()) <= words:
+        return text
+    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    terms = set(tokenize(query))
+    by_overlap = sorted(range(len(sentences)), key=lambda i: (-len(terms & set(tokenize(sentences[i]))), i))
+    kept, count = [], 0
+    for i in by_overlap:
+        size = len(sentences[i].split())
+        if count + size > words:
+            if kept:
+                continue
+            sentences[i], size = " ".join(sentences[i].split()[:words]), words  # one long sentence: its head
+        kept.append(i)
+        count += size
+        if count >= words:
+            break
+    return " ".join(sentences[i].strip() for i in sorted(kept))
 
 
 def standardized(values: np.ndarray) -> np.ndarray:

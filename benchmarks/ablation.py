@@ -1,0 +1,179 @@
+"""One ablation table of the retrieval and disclosure levers, on LongMemEval files ingested once (raw L0).
+
+Each question is searched as the controller's `search` node searches it, with no model: the question and its
+events (`decompose.events`, the deterministic split), each query on its own, `Context.top_k` sessions per query,
+the question's date ranges from the deterministic parser, each query's hits rescored by the cross-encoder; then
+the disclosure policy (`policy.wanted`) decides what to open. The first row keeps the defaults; every other row
+flips one lever:
+
+- ``rrf fusion``: Reciprocal Rank Fusion instead of score-aware fusion (`retriever.fuse`);
+- ``no dates``: no preference for sessions in the question's date ranges;
+- ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
+- ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
+- ``no split``: the question alone, without its events;
+- ``links followed`` (or ``no links``, when the default follows them): `Context.follow_links` flipped.
+
+Columns: the question's own ranking (any@1: an evidence session first; all@5, all@10: every evidence session in
+the top 5, 10); the policy's evidence recall, share of sessions opened and sessions opened per question; recall on
+the multi-session and temporal-reasoning questions; the median time of a search (`Memory.search`, query embedding
+included) and of the rescoring of its hits (in the first row to rescore whole units or passages: the
+cross-encoder's logits are cached for the other rows). Abstention questions are skipped (no evidence sessions).
+
+    LANGSMITH_TRACING=false .venv/bin/python benchmarks/ablation.py \\
+        ../shared/data/longmemeval/longmemeval_s_dev.json.gz ../shared/data/longmemeval/longmemeval_s_dev2.json.gz
+
+`--store DIR` keeps the ingested memories there and reuses them on the next run (ingestion is most of the time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from langchain_core.documents import Document
+from tqdm.auto import tqdm
+
+from apdmem.eval.metrics import mean, recall_all, recall_any
+from apdmem.eval.retrieval import Case, load_cases
+from apdmem.graph.context import Context
+from apdmem.memory import Memory
+from apdmem.memory.backends import open_store
+from apdmem.memory.retriever import PASSAGE_WORDS, rank_sessions, rerank
+from apdmem.models import embed_array, get_reranker
+from apdmem.nodes import policy
+from apdmem.nodes.dates import resolve_relative_dates
+from apdmem.nodes.decompose import events
+from apdmem.nodes.search import collect, linked
+
+DEFAULTS = {"fusion": "score", "dates": True, "rescoring": True, "passages": True, "split": True, "links": Context.follow_links,
+            "head": policy.HEAD}
+ROWS = {"defaults": {}, "rrf fusion": {"fusion": "rrf"}, "no dates": {"dates": False}, "no rescoring": {"rescoring": False},
+        "whole units": {"passages": False},
+        "no split": {"split": False}, ("no links" if DEFAULTS["links"] else "links followed"): {"links": not DEFAULTS["links"]}}
+WIDTH = 26  # of the row names
+TYPES = {"multi": "multi-session", "temporal": "temporal-reasoning"}
+
+
+@dataclass
+class Timings:
+    """Milliseconds per search and per rescoring of its hits."""
+
+    search: list[float] = field(default_factory=list)
+    rescoring: list[float] = field(default_factory=list)
+
+
+class CachedReranker:
+    """The cross-encoder, remembering each (query, passage) pair's logit: the rows share most of their pairs."""
+
+    def __init__(self, reranker):
+        self.reranker, self.logits = reranker, {}
+
+    def score(self, pairs: list[tuple[str, str]]) -> list[float]:
+        missing = [p for p in dict.fromkeys(pairs) if p not in self.logits]
+        self.logits.update(zip(missing, self.reranker.score(missing) if missing else []))
+        return [self.logits[p] for p in pairs]
+
+
+def first_pass(memory: Memory, query: str, ranges, fusion: str, k: int) -> list[Document]:
+    """`Memory.search` for one query, with the fusion chosen (Memory.search always fuses by score)."""
+    if fusion == "score":
+        return memory.search(query, k=k, date_range=ranges)
+    manifest, index = memory.manifest, memory.index
+    dates = {sid: meta["date"] for sid, meta in manifest["sessions"].items()}
+    hits = rank_sessions(index, [query], embed_array(memory.embeddings, [query]), k, date_range=ranges, session_dates=dates, fusion=fusion)
+    return [Document(index.units[h.row].summary, metadata={"session_id": h.session_id, "date": manifest["sessions"][h.session_id]["date"],
+                                                           "span": [index.units[h.row].start, index.units[h.row].end], "score": h.score})
+            for h in hits]
+
+
+def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, timings: Timings, k: int) -> dict:
+    """What the controller's searches and its disclosure policy do for one question under these levers."""
+    hints = resolve_relative_dates(case.question, case.question_date.date()) if lever["dates"] else []
+    ranges = [(h.start, h.end) for h in hints] or None
+    queries = [case.question, *(events(case.question) if lever["split"] else [])]
+    candidates, ranked = {}, []
+    for query in queries:
+        started = time.perf_counter()
+        docs = first_pass(memory, query, ranges, lever["fusion"], k)
+        searched = time.perf_counter()
+        if lever["rescoring"]:
+            docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None)
+        timings.search.append((searched - started) * 1000)
+        if lever["rescoring"]:
+            timings.rescoring.append((time.perf_counter() - searched) * 1000)
+        collect(candidates, query, docs)
+        ranked = ranked or [d.metadata["session_id"] for d in docs]
+    state = {"question": case.question, "searched": queries, "candidates": candidates}
+    if lever["links"] and policy.follows_links(case.question):
+        state["links"] = linked(memory, list(candidates))
+    policy.HEAD = lever["head"]
+    opened = set(policy.wanted(state))
+    gold = case.gold_sessions
+    return {"type": case.type, "any@1": recall_any(ranked, gold, 1), "all@5": recall_all(ranked, gold, 5),
+            "all@10": recall_all(ranked, gold, 10), "recall": len(opened & gold) / len(gold),
+            "opened": len(opened) / len(memory.manifest["sessions"]), "sessions": len(opened)}
+
+
+def row(name: str, records: list[dict], timings: Timings, fresh: bool) -> str:
+    by_type = {short: [r for r in records if r["type"] == full] for short, full in TYPES.items()}
+    cells = [f"{mean([r[k] for r in records]):>7.3f}" for k in ("any@1", "all@5", "all@10", "recall")]
+    cells += [f"{mean([r['opened'] for r in records]):>7.1%}", f"{mean([r['sessions'] for r in records]):>8.2f}"]
+    cells += [f"{mean([r['recall'] for r in rs]):>9.3f}" for rs in by_type.values()]
+    cells.append(f"{statistics.median(timings.search):>10.1f}")
+    cells.append(f"{statistics.median(timings.rescoring):>10.0f}" if fresh and timings.rescoring else f"{'-':>10}")
+    return f"{name:<{WIDTH}}" + " ".join(cells)
+
+
+def per_type(records: list[dict]) -> str:
+    grouped = defaultdict(list)
+    for r in records:
+        grouped[r["type"]].append(r)
+    return "  ".join(f"{t}: recall {mean([r['recall'] for r in rs]):.3f}, {mean([r['opened'] for r in rs]):.1%} opened, "
+                     f"all@5 {mean([r['all@5'] for r in rs]):.3f} (n={len(rs)})" for t, rs in sorted(grouped.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("datasets", nargs="+", help="LongMemEval files")
+    parser.add_argument("--store", help="keep the ingested memories in this folder and reuse them (default: a temporary one)")
+    parser.add_argument("--embeddings", default="local", help="the embedding model of the ingest (default %(default)s)")
+    parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
+    parser.add_argument("--head", type=float, nargs="+", default=[], help="other values of policy.HEAD: a row for each, "
+                        "with the links option as by default and flipped")
+    args = parser.parse_args()
+    cases, conversations = [], {}
+    for dataset in args.datasets:
+        _, found, more = load_cases(dataset)
+        conversations.update(found)
+        cases += more
+    links_row = next(name for name, change in ROWS.items() if "links" in change)
+    rows = {**ROWS, **{f"{name}, HEAD {h}": {**ROWS[name], "head": h} for h in args.head for name in ("defaults", links_row)}}
+    with tempfile.TemporaryDirectory(prefix="apdmem-ablation-") as scratch:
+        store = open_store(args.store or scratch)
+        memories = {}
+        for user, sessions in tqdm(conversations.items(), desc="ingest"):
+            memories[user] = Memory(user, store=store, l0_mode="raw", embeddings=args.embeddings)
+            memories[user].ingest(sessions)  # sessions already stored are skipped
+        cross_encoder, caches, timings, table, fresh = get_reranker(), {}, {name: Timings() for name in rows}, {}, set()
+        for name, change in rows.items():
+            lever = {**DEFAULTS, **change}
+            if lever["rescoring"] and lever["passages"] not in caches:  # the first row to read these passages
+                fresh.add(name)
+            reranker = caches.setdefault(lever["passages"], CachedReranker(cross_encoder))
+            table[name] = [replay(memories[c.user], c, lever, reranker, timings[name], args.top_k)
+                           for c in tqdm(cases, desc=name, leave=False)]
+    print(f"{len(cases)} questions, {args.top_k} sessions per search, embeddings {args.embeddings}; defaults: "
+          + ", ".join(f"{k} {v}" for k, v in DEFAULTS.items()) + "\n")
+    print(f"{'':<{WIDTH}}" + " ".join(f"{h:>7}" for h in ("any@1", "all@5", "all@10", "recall", "opened")) + f"{'sessions':>9}"
+          + "".join(f"{h:>10}" for h in TYPES) + f"{'search ms':>11}{'rescore ms':>11}")
+    for name, records in table.items():
+        print(row(name, records, timings[name], fresh=name in fresh))
+    print("\ndefaults by type: " + per_type(table["defaults"]))
+
+
+if __name__ == "__main__":
+    main()
