@@ -372,14 +372,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="model that writes the notes and the answer (default $APDMEM_GENERATOR_MODEL, else --chat-model)")
     graph.add_argument("--tmax", type=positive, default=None, help="step budget (default $APDMEM_TMAX, else 20)")
     graph.add_argument("--top-k", type=positive, default=None,
-                       help="sessions each controller search returns and rescores, the pool the disclosure policy reads "
+                       help="sessions each controller search returns (the first 10 rescored), the pool the disclosure policy reads "
                             "(default $APDMEM_TOP_K, else 20; the policy's threshold was set with 20)")
     graph.add_argument("--drill-width", type=positive, default=None,
                        help="reads per drilling round, run concurrently (default $APDMEM_DRILL_WIDTH, else 3)")
     links = Parser(add_help=False)
-    links.add_argument("--follow-links", action="store_true", default=None,
+    links.add_argument("--follow-links", action=argparse.BooleanOptionalAction, default=None,
                        help="for questions that gather several sessions (how many, in total, the latest ...), also open "
-                            "the sessions linked to those opened (default $APDMEM_FOLLOW_LINKS, else off)")
+                            "the sessions linked to those opened (default $APDMEM_FOLLOW_LINKS, else on)")
     asking = Parser(add_help=False, parents=[links])
     asking.add_argument("--no-reflection", action="store_true",
                         help="no model reflection between rounds: the deterministic disclosure policy decides")

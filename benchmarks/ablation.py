@@ -10,13 +10,15 @@ flips one lever:
 - ``no dates``: no preference for sessions in the question's date ranges;
 - ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
 - ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
+- ``rescore top 10`` (or ``rescore all``): the cross-encoder reads the first 10 hits of each search (`retriever.rerank`'s
+  ``depth``), or all of them;
 - ``no split``: the question alone, without its events;
 - ``links followed`` (or ``no links``, when the default follows them): `Context.follow_links` flipped.
 
 Columns: the question's own ranking (any@1: an evidence session first; all@5, all@10: every evidence session in
 the top 5, 10); the policy's evidence recall, share of sessions opened and sessions opened per question; recall on
 the multi-session and temporal-reasoning questions; the median time of a search (`Memory.search`, query embedding
-included) and of the rescoring of its hits (in the first row to rescore whole units or passages: the
+included) and of the rescoring of its hits (in the first row to read these passages of these hits: the
 cross-encoder's logits are cached for the other rows). Abstention questions are skipped (no evidence sessions).
 
     LANGSMITH_TRACING=false .venv/bin/python benchmarks/ablation.py \\
@@ -42,18 +44,25 @@ from apdmem.eval.retrieval import Case, load_cases
 from apdmem.graph.context import Context
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
-from apdmem.memory.retriever import PASSAGE_WORDS, rank_sessions, rerank
+from apdmem.memory.retriever import PASSAGE_WORDS, RERANK_DEPTH, rank_sessions, rerank
 from apdmem.models import embed_array, get_reranker
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events
 from apdmem.nodes.search import collect, linked
 
-DEFAULTS = {"fusion": "score", "dates": True, "rescoring": True, "passages": True, "split": True, "links": Context.follow_links,
-            "head": policy.HEAD}
-ROWS = {"defaults": {}, "rrf fusion": {"fusion": "rrf"}, "no dates": {"dates": False}, "no rescoring": {"rescoring": False},
-        "whole units": {"passages": False},
-        "no split": {"split": False}, ("no links" if DEFAULTS["links"] else "links followed"): {"links": not DEFAULTS["links"]}}
+DEFAULTS = {"fusion": "score", "dates": True, "rescoring": True, "depth": RERANK_DEPTH, "passages": True, "split": True,
+            "links": Context.follow_links, "head": policy.HEAD}
+ROWS = {
+    "defaults": {},
+    "rrf fusion": {"fusion": "rrf"},
+    "no dates": {"dates": False},
+    "no rescoring": {"rescoring": False},
+    "whole units": {"passages": False},
+    ("rescore all" if RERANK_DEPTH else "rescore top 10"): {"depth": None if RERANK_DEPTH else 10},
+    "no split": {"split": False},
+    ("no links" if DEFAULTS["links"] else "links followed"): {"links": not DEFAULTS["links"]},
+}
 WIDTH = 26  # of the row names
 TYPES = {"multi": "multi-session", "temporal": "temporal-reasoning"}
 
@@ -101,7 +110,7 @@ def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, ti
         docs = first_pass(memory, query, ranges, lever["fusion"], k)
         searched = time.perf_counter()
         if lever["rescoring"]:
-            docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None)
+            docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None, depth=lever["depth"])
         timings.search.append((searched - started) * 1000)
         if lever["rescoring"]:
             timings.rescoring.append((time.perf_counter() - searched) * 1000)
@@ -161,9 +170,10 @@ def main() -> None:
         cross_encoder, caches, timings, table, fresh = get_reranker(), {}, {name: Timings() for name in rows}, {}, set()
         for name, change in rows.items():
             lever = {**DEFAULTS, **change}
-            if lever["rescoring"] and lever["passages"] not in caches:  # the first row to read these passages
+            reading = (lever["passages"], lever["depth"])
+            if lever["rescoring"] and reading not in caches:  # the first row to read these passages of these hits
                 fresh.add(name)
-            reranker = caches.setdefault(lever["passages"], CachedReranker(cross_encoder))
+            reranker = caches.setdefault(reading, CachedReranker(cross_encoder))
             table[name] = [replay(memories[c.user], c, lever, reranker, timings[name], args.top_k)
                            for c in tqdm(cases, desc=name, leave=False)]
     print(f"{len(cases)} questions, {args.top_k} sessions per search, embeddings {args.embeddings}; defaults: "

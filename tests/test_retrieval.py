@@ -279,6 +279,12 @@ def test_the_cross_encoder_rescores_what_a_search_found():
     assert reranker.score([(query, text) for text in reversed(texts.values())]) == list(reversed(logits.values()))
     assert rerank(query, [], reranker) == []
     assert [d.metadata["score"] for d in rerank(query, docs[:1], reranker)] == [0.0]  # one hit: nothing to compare
+    # With a depth, the cross-encoder reads the first hits only; those below take the lowest logit read.
+    shallow = {d.metadata["session_id"]: d.metadata for d in rerank(query, docs, reranker, depth=3)}
+    lowest = min(logits[sid] for sid in ("s-japan", "s-bread", "s-knee"))
+    assert [shallow[sid]["rerank_score"] for sid in texts] == pytest.approx([*(logits[sid] for sid in list(texts)[:3]), lowest, lowest], abs=1e-5)
+    assert max(shallow, key=lambda sid: shallow[sid]["score"]) == "s-knee"
+    assert shallow["s-guitar"]["score"] > shallow["s-job"]["score"]  # below the depth, the search's order stands
 
 
 def test_the_cross_encoder_reads_the_sentences_of_a_long_unit_that_match_the_query():

@@ -37,13 +37,13 @@ class Context:
 
     user_id: str = _option("default", "Whose memory to read (a namespace; with server auth on, the authenticated user).")
     tmax: int = _option(20, "Step budget: searches, drills (one per session and layer) and reflections.")
-    top_k: int = _option(20, "Sessions returned and rescored by each search (the disclosure policy reads how their scores fall "
+    top_k: int = _option(20, "Sessions returned by each search, the first 10 rescored (the disclosure policy reads how their scores fall "
                          "off; its threshold was set with 20).")
     drill_width: int = _option(3, "Most session reads in one round of drilling (they run concurrently).")
     max_queries: int = _option(4, "Most sub-queries a question is decomposed into.")
-    follow_links: bool = _option(False, "For questions that gather several sessions (how many, in total, the latest ...), also "
+    follow_links: bool = _option(True, "For questions that gather several sessions (how many, in total, the latest ...), also "
                                  "open the sessions linked to those opened (shared rare terms, close units), within the "
-                                 "step budget. Off until measured on the dev questions.")
+                                 "step budget.")
     # Ablations (the paper's Table 4); all on by default.
     controller: bool = _option(True, "Agent control; off = one search, L1 of the sessions that stand out in it, then notes and answer.")
     layers: str = _option("L1,L2,L3", "Layers the controller may open, comma-separated.")
