@@ -50,6 +50,9 @@ def onnx_session(model: Path):
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    # Idle threads sleep instead of spinning: the embedder and the cross-encoder alternate within a search, and
+    # one's spinning threads would take the cores from the other.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
