@@ -35,6 +35,8 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
+from unittest import mock
 
 from langchain_core.documents import Document
 from tqdm.auto import tqdm
@@ -45,7 +47,7 @@ from apdmem.graph.context import Context
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
 from apdmem.memory.retriever import PASSAGE_WORDS, RERANK_DEPTH, rank_sessions, rerank
-from apdmem.models import embed_array, get_reranker
+from apdmem.models import get_reranker
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events
@@ -88,15 +90,9 @@ class CachedReranker:
 
 
 def first_pass(memory: Memory, query: str, ranges, fusion: str, k: int) -> list[Document]:
-    """`Memory.search` for one query, with the fusion chosen (Memory.search always fuses by score)."""
-    if fusion == "score":
+    """`Memory.search` for one query, with the fusion chosen (Memory.search itself always fuses by score)."""
+    with mock.patch("apdmem.memory.memory.rank_sessions", partial(rank_sessions, fusion=fusion)):
         return memory.search(query, k=k, date_range=ranges)
-    manifest, index = memory.manifest, memory.index
-    dates = {sid: meta["date"] for sid, meta in manifest["sessions"].items()}
-    hits = rank_sessions(index, [query], embed_array(memory.embeddings, [query]), k, date_range=ranges, session_dates=dates, fusion=fusion)
-    return [Document(index.units[h.row].summary, metadata={"session_id": h.session_id, "date": manifest["sessions"][h.session_id]["date"],
-                                                           "span": [index.units[h.row].start, index.units[h.row].end], "score": h.score})
-            for h in hits]
 
 
 def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, timings: Timings, k: int) -> dict:
@@ -109,10 +105,9 @@ def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, ti
         started = time.perf_counter()
         docs = first_pass(memory, query, ranges, lever["fusion"], k)
         searched = time.perf_counter()
-        if lever["rescoring"]:
-            docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None, depth=lever["depth"])
         timings.search.append((searched - started) * 1000)
         if lever["rescoring"]:
+            docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None, depth=lever["depth"])
             timings.rescoring.append((time.perf_counter() - searched) * 1000)
         collect(candidates, query, docs)
         ranked = ranked or [d.metadata["session_id"] for d in docs]
