@@ -323,8 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "local-chat) or any LangChain '<provider>:<model>', e.g. openai:gpt-4.1-mini, "
                              "anthropic:claude-sonnet-4-5, ollama:llama3.1 (default $APDMEM_CHAT_MODEL, else local)")
     models.add_argument("--embeddings", default=None,
-                        help="'local' (= 'local:minilm', the embedded all-MiniLM-L6-v2), 'local:bge-small' (the embedded "
-                             "bge-small-en-v1.5) or any LangChain '<provider>:<model>', e.g. "
+                        help="'local' (= 'local:bge-small', the embedded bge-small-en-v1.5) or any LangChain "
+                             "'<provider>:<model>', e.g. "
                              "openai:text-embedding-3-small, ollama:nomic-embed-text (default $APDMEM_EMBEDDINGS, else local)")
     models.add_argument("--base-url", default=None,
                         help="the server the provider calls: an OpenAI-compatible one for openai:<model> (llama.cpp, vLLM ...), "

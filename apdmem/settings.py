@@ -38,8 +38,8 @@ class Settings:
                                "model (extractive layers and answers); 'local:smollm2' is the local-chat extra's SmolLM2.")
     controller_model: Any = _setting("Model for date fallback, decomposition and reflection (default: chat_model).")
     generator_model: Any = _setting("Model for organized notes and the final answer (default: chat_model).")
-    embeddings: Any = _setting("Embeddings the memories are indexed with (default 'local', the embedded all-MiniLM-L6-v2; "
-                               "'local:bge-small' is the embedded bge-small-en-v1.5). A memory embedded with other "
+    embeddings: Any = _setting("Embeddings the memories are indexed with (default 'local' = 'local:bge-small', the embedded "
+                               "bge-small-en-v1.5). A memory embedded with other "
                                "ones is refused until `apdmem reindex` re-embeds it.")
     reranker_model: Any = _setting("Cross-encoder that rescores what each controller search found (default 'local').")
     base_url: str | None = _setting("Model server the provider calls, e.g. an OpenAI-compatible one for 'openai:<model>' "

@@ -1,8 +1,8 @@
 """Hybrid search latency over a large synthetic unit table (default 100,000 L0 units).
 
 Texts are short sentences drawn from a Zipf-distributed vocabulary (common words first, like real chat);
-dense vectors are random unit vectors (384-d float32, MiniLM's shape) so that building the table takes
-seconds, while the query vectors come from the real embedded MiniLM. Each query goes through
+dense vectors are random unit vectors (384-d float32, the embedded model's shape) so that building the table takes
+seconds, while the query vectors come from the real embedded bge-small. Each query goes through
 `apdmem.memory.retriever.rank_sessions`, as `Memory.search` does.
 
 It reports median and p95 latency with the "sparse" lexical backend (the "auto" choice at this size) and, for a

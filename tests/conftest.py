@@ -95,7 +95,7 @@ def make_session(session_id: str, date: str, texts: list[str]) -> Session:
 
 @pytest.fixture(scope="session")
 def embeddings():
-    """The embedded MiniLM: the very instance `Memory(embeddings="local")` gets, so it is loaded once."""
+    """The embedded bge-small: the very instance `Memory(embeddings="local")` gets, so it is loaded once."""
     return get_embeddings("local", None)
 
 

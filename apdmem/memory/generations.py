@@ -44,7 +44,7 @@ import numpy as np
 from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
-from apdmem.memory.links import LinkTable
+from apdmem.memory.links import LinkTable, threshold
 from apdmem.memory.records import Session, Unit, check_id
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
 from apdmem.models import recorded_space
@@ -92,6 +92,7 @@ class Generations:
                  embed: Callable[[list[str]], np.ndarray] | None, window: int, stride: int, reindexing: bool = False):
         self.store, self.user_id = store, store.user_id
         self.space, self.lexical = recorded_space(space), lexical
+        self.link_threshold = threshold(self.space)
         self.reindexing = reindexing  # a memory of another space is read only to be re-embedded
         self._dimension, self._embed = dimension, embed
         self.window, self.stride = window, stride
@@ -205,7 +206,7 @@ class Generations:
         if links is None:
             if self.store.get("manifest.json") != raw:
                 raise Stale()
-            raise Damaged(f"link table of generation {number} is missing or damaged")
+            raise Damaged(f"link table of generation {number} is missing, damaged or built at another threshold")
         stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
         if missing := [s for s in manifest["sessions"] if session_key(s) not in stored]:
             raise Damaged(f"listed sessions without their files: {', '.join(missing)}")
@@ -242,7 +243,7 @@ class Generations:
         """A copy of `generation` to change; the stored one is untouched until `commit`."""
         manifest = json.loads(json.dumps(generation.manifest))
         index = generation.index.compact() if generation.index else UnitIndex(self._dimension(), self.lexical)  # a copy
-        links = generation.links.copy() if generation.links else LinkTable()
+        links = generation.links.copy() if generation.links else LinkTable(self.link_threshold)
         return Generation(generation.raw, manifest, index, links)
 
     def commit(self, generation: Generation) -> Generation:
@@ -254,7 +255,7 @@ class Generations:
         _settle(generation.manifest, generation.manifest["sessions"])
         index = generation.index if generation.index.alive.all() else generation.index.compact()
         table, vectors = index.dump()
-        links = generation.links if generation.links is not None else LinkTable.build(index)
+        links = generation.links if generation.links is not None else LinkTable.build(index, self.link_threshold)
         self.store.put({f"index/{number}/units.json": table, f"index/{number}/vectors.f32": vectors,
                         f"index/{number}/links.json": links.dump()})
         committed = self._save_manifest(Generation(None, generation.manifest, index, links))
@@ -411,7 +412,8 @@ class Generations:
         for sid, session in relisted.items():
             sessions[sid] = listing(session, 0)
         self._index_units(index, [sid for sid in sessions if rebuilt or sid in relisted], sessions)
-        links = LinkTable.build(index)  # cheap beside embedding, and what it was built from may have changed
+        # cheap beside embedding, and what it was built from may have changed
+        links = LinkTable.build(index, self.link_threshold)
         if save:
             generation = self.sweep(self.commit(Generation(raw, manifest, index, links)))
         else:
@@ -448,10 +450,12 @@ class Generations:
         return index
 
     def _saved_links(self, number: int, manifest: dict) -> LinkTable | None:
-        """The link table saved with generation `number`, if it is readable and links listed sessions only."""
+        """The link table saved with generation `number`, if it is readable, was built at the threshold of the space
+        the manifest records (another than this object's when a reindex reads it) and links listed sessions only."""
         raw = self.store.get(f"index/{number}/links.json")
+        recorded = threshold(recorded_space(manifest.get("embeddings")))
         try:
-            return LinkTable.load(raw, manifest["sessions"]) if raw is not None else None
+            return LinkTable.load(raw, manifest["sessions"], recorded) if raw is not None else None
         except ValueError:
             return None
 

@@ -76,8 +76,8 @@ def raw_unit(session: Session, start: int, end: int) -> Unit:
     The lexical index sees every turn. The dense index embeds the turns of people one by one: the user's, and
     in a conversation between two people (LoCoMo: the second speaker is loaded as the assistant, with a
     `speaker` name) the other person's too, each prefixed with the speaker's name, since questions name people
-    ("When did Caroline go to the support group?"). A model assistant's turns are not embedded: MiniLM reads at
-    most 256 tokens, so long answers would be truncated, they cost several times more to embed, and the
+    ("When did Caroline go to the support group?"). A model assistant's turns are not embedded: the embedded model
+    reads at most 512 tokens, so long answers would be truncated, they cost several times more to embed, and the
     lexical index already covers their wording. Turn-sized texts are also shared by the overlapping windows,
     so the embedding cache computes each once.
     """

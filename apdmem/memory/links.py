@@ -9,10 +9,11 @@ or hold units that say nearly the same thing, and each link says why:
 - **dense similarity**: the best cosine between a unit of one and a unit of the other (the vectors the index
   already holds).
 
-`strength` is their mean. Each session keeps its `LINKS_PER_SESSION` strongest links at or above `THRESHOLD`;
-a link stands when either of its sessions keeps it. The table is derived data saved beside the index of each
+`strength` is their mean. Each session keeps its `LINKS_PER_SESSION` strongest links at or above the threshold of
+the memory's embedding space (`threshold`: cosines run higher in some spaces than in others); a link stands when
+either of its sessions keeps it. The table is derived data saved beside the index of each
 generation (``index/<generation>/links.json``: old generations' tables are debris like their index files) and
-rebuilt from the index when missing or damaged.
+rebuilt from the index when missing, damaged or built at another threshold.
 
 Linking a new session compares it with every session of the index (O(sessions)); forgetting a session drops its
 links (the sessions that lose one are not re-linked to others: a later rebuild would); a session replaced
@@ -34,10 +35,13 @@ from apdmem.memory.index import UnitIndex
 
 FORMAT = 1
 LINKS_PER_SESSION = 3
-# Strength at which two sessions are linked: about the 99th percentile of all pairs of sessions in the LongMemEval
-# history shipped with the package (1225 pairs: median 0.10, 90th percentile 0.19, 99th 0.30, best 0.56), and
-# above every pair of the tests' history of seven unrelated sessions (best 0.19). See README "The controller".
-THRESHOLD = 0.3
+# Strength at which two sessions are linked, per embedding space: about the 99th percentile of all pairs of sessions
+# in the LongMemEval history shipped with the package (1225 pairs). all-MiniLM-L6-v2: median 0.10, 90th percentile
+# 0.19, 99th 0.30, best 0.56; bge-small-en-v1.5, whose cosines run higher (the median pair's best cosine between
+# units is 0.60 against MiniLM's 0.16): median 0.32, 90th 0.40, 99th 0.45, best 0.61. Both are above every pair of the tests' history of seven
+# unrelated sessions. Other spaces (providers' models) take MiniLM's. See README "The controller".
+THRESHOLDS = {"local:minilm": 0.30, "local:bge-small": 0.45}
+DEFAULT_THRESHOLD = THRESHOLDS["local:minilm"]
 TERMS_SHOWN = 6  # shared terms a link keeps as its reason, rarest first
 
 
@@ -68,10 +72,16 @@ class Link:
         return cls(session_id, other, float(strength), float(similarity), float(overlap), tuple(terms))
 
 
-class LinkTable:
-    """The links of a user's sessions: each session's strongest links, strongest first."""
+def threshold(space: object) -> float:
+    """The strength at which two sessions of a memory in this embedding space (`apdmem.models.embeddings_id`) link."""
+    return THRESHOLDS.get(space, DEFAULT_THRESHOLD) if isinstance(space, str) else DEFAULT_THRESHOLD
 
-    def __init__(self, kept: dict[str, list[Link]] | None = None):
+
+class LinkTable:
+    """The links of a user's sessions at a threshold: each session's strongest links, strongest first."""
+
+    def __init__(self, threshold: float, kept: dict[str, list[Link]] | None = None):
+        self.threshold = threshold
         self.kept: dict[str, list[Link]] = kept or {}
 
     def links(self, session_id: str | None = None) -> list[Link]:
@@ -90,7 +100,7 @@ class LinkTable:
         return sorted(pairs.values(), key=lambda l: (-l.strength, l.session_id, l.other))
 
     def copy(self) -> LinkTable:
-        return LinkTable({sid: list(links) for sid, links in self.kept.items()})
+        return LinkTable(self.threshold, {sid: list(links) for sid, links in self.kept.items()})
 
     def add(self, index: UnitIndex, session_ids: list[str]) -> None:
         """Link these sessions (already in `index`) to every other session of it, and let the others keep a
@@ -102,7 +112,7 @@ class LinkTable:
                 continue
             similarities = profiles.similarities(sid)
             found = [link for other in profiles.terms if other != sid and other in similarities
-                     if (link := _link(sid, other, profiles, similarities[other])) is not None]
+                     if (link := _link(sid, other, profiles, similarities[other], self.threshold)) is not None]
             found.sort(key=lambda l: (-l.strength, l.other))
             self.kept[sid] = found[:LINKS_PER_SESSION]
             for link in found:
@@ -120,28 +130,31 @@ class LinkTable:
                 del self.kept[sid]
 
     def dump(self) -> bytes:
-        table = {"format": FORMAT, "threshold": THRESHOLD,
+        table = {"format": FORMAT, "threshold": self.threshold,
                  "links": {sid: [l.to_json() for l in links] for sid, links in sorted(self.kept.items())}}
         return json.dumps(table, ensure_ascii=False).encode()
 
     @classmethod
-    def load(cls, raw: bytes, sessions) -> LinkTable:
-        """The table `dump` wrote; ValueError when it is unreadable or names sessions not in `sessions`."""
+    def load(cls, raw: bytes, sessions, threshold: float) -> LinkTable:
+        """The table `dump` wrote; ValueError when it is unreadable, was built at another threshold or names sessions
+        not in `sessions`."""
         try:
             data = json.loads(raw)
             if data["format"] != FORMAT:
                 raise ValueError(f"link table format {data['format']!r}")
+            if data["threshold"] != threshold:
+                raise ValueError(f"links of strength {data['threshold']!r} and more, not {threshold}")
             kept = {sid: [Link.from_json(sid, l) for l in links] for sid, links in data["links"].items()}
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise ValueError(f"unreadable link table ({exc})") from None
         if any(sid not in sessions or l.other not in sessions for sid, links in kept.items() for l in links):
             raise ValueError("link table names sessions that are not listed")
-        return cls(kept)
+        return cls(threshold, kept)
 
     @classmethod
-    def build(cls, index: UnitIndex) -> LinkTable:
+    def build(cls, index: UnitIndex, threshold: float) -> LinkTable:
         """The links of every session of `index`, built from scratch (a missing or damaged table)."""
-        table = cls()
+        table = cls(threshold)
         table.add(index, list(dict.fromkeys(u.session_id for u, alive in zip(index.units, index.alive) if alive)))
         return table
 
@@ -196,14 +209,14 @@ def _terms(tokens: list[str], common: set[str]):
             yield (f"{token} {word}" if word is not token else token), word
 
 
-def _link(sid: str, other: str, profiles: _Profiles, similarity: float) -> Link | None:
-    """The link between two sessions; None when it is weaker than `THRESHOLD`."""
+def _link(sid: str, other: str, profiles: _Profiles, similarity: float, threshold: float) -> Link | None:
+    """The link between two sessions; None when it is weaker than `threshold`."""
     mine, theirs = profiles.terms[sid], profiles.terms[other]
     weights = {t: mine[t] for t in mine.keys() & theirs.keys()}
     norm = profiles.norms[sid] * profiles.norms[other]
     overlap = sum(w * w for w in weights.values()) / norm if norm else 0.0
     strength = (max(similarity, 0.0) + overlap) / 2
-    if strength < THRESHOLD:
+    if strength < threshold:
         return None
     terms = tuple(sorted(weights, key=lambda t: (-weights[t], t))[:TERMS_SHOWN])
     return Link(sid, other, round(strength, 4), round(similarity, 4), round(overlap, 4), terms)

@@ -72,6 +72,13 @@ def migrate(source, target, *, users: list[str] | None = None, verify: bool = Tr
             read.append(user)
     if wanted is not None and (missing := wanted - {u.user_id for u in read}):
         raise ConfigError(f"no memory of user(s) {', '.join(sorted(missing))} in the source store")
+    if verify:  # the check searches each copy in its space: its embeddings must exist before anything is copied
+        for user in read:
+            try:
+                get_embeddings(recorded_space(user.generation.manifest["embeddings"]), None)
+            except ConfigError as exc:
+                raise ConfigError(f"user {user.user_id!r}: {exc}; nothing was copied (--no-verify copies without "
+                                  "checking)") from None
     done = []
     for user in tqdm(read, desc="migrate", unit="user", disable=not progress):
         _copy(user, UserStore(target, user.user_id))
@@ -159,7 +166,7 @@ def _check(migrated: Migrated, user: _Read, target) -> None:
     copy = UserStore(target, user.user_id)
     migrated.same_sessions = dict(zip(user.values, copy.get_many(list(user.values)))) == user.values
     manifest = user.generation.manifest
-    spec = recorded_space(manifest["embeddings"])  # a space named "local" before spaces named their model is MiniLM
+    spec = recorded_space(manifest["embeddings"])
     after = Memory(user.user_id, store=target, embeddings=spec, l0_mode="raw")
     index = user.generation.index
     probes = []

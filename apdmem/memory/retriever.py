@@ -27,7 +27,9 @@ from langchain_core.retrievers import BaseRetriever
 from apdmem.memory.index import UnitIndex, tokenize
 
 CANDIDATES = 100  # units taken from each signal before fusion
-DENSE_WEIGHT = 0.8  # cosine vs BM25 coverage; MiniLM cosines spread over ~0.1-0.7, coverage over 0-1
+# Cosine vs BM25 coverage (0-1). Set with MiniLM (cosines ~0.1-0.7) and kept for bge-small, whose cosines run higher
+# (unrelated sessions ~0.4-0.5): the ablation's first-pass rows measured it with both.
+DENSE_WEIGHT = 0.8
 RRF_K = 60  # the usual RRF constant, for fusion="rrf"
 PERFECT = {"score": 1.0, "rrf": 2 / (RRF_K + 1)}  # a unit that both signals score best; boosts are shares of it
 KEYWORD_BOOST = 0.25  # per exact keyword match of an llm-mode unit (in RRF: half a first place in one ranking)

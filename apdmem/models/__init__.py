@@ -7,8 +7,8 @@ Specifications:
   extractive or deterministic thing (L1/L2 are sentences of the session, the answer quotes the evidence).
 - ``"local:smollm2"``: SmolLM2-135M-Instruct on llama.cpp in process, a real (tiny) generative model; it needs
   the optional extra, ``pip install 'apdmem[local-chat]'`` (llama-cpp-python is compiled at install).
-- Embeddings ``"local"`` are ``"local:minilm"`` (all-MiniLM-L6-v2); ``"local:bge-small"`` is bge-small-en-v1.5.
-  Both are embedded (int8 ONNX); a memory records which one embedded it (`embeddings_id`).
+- Embeddings ``"local"`` are ``"local:bge-small"`` (bge-small-en-v1.5, int8 ONNX); a memory records the space that
+  embedded it (`embeddings_id`). ``"local:minilm"`` (all-MiniLM-L6-v2), the default before it, is no longer shipped.
 - ``"<provider>:<model>"``: any provider LangChain's `init_chat_model` / `init_embeddings` know
   (``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"``, ``"ollama:llama3.1"``,
   ``"openai:text-embedding-3-small"`` ...), with the provider's package installed (``pip install
@@ -36,11 +36,12 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel
 
 from apdmem.errors import ConfigError
-from apdmem.models.local import EMBEDDED, MINILM, LocalChatModel, LocalCrossEncoder, LocalEmbeddings, package_dir
+from apdmem.models.local import BGE_SMALL, EMBEDDED, LocalChatModel, LocalCrossEncoder, LocalEmbeddings, package_dir
 
 DEFAULT_CHAT = "local"  # extractive: no generative model
 LOCAL_CHAT = "local:smollm2"  # the embedded generative model, with the `local-chat` extra
 DEFAULT_EMBEDDINGS = "local"
+RETIRED_SPACE = "local:minilm"  # all-MiniLM-L6-v2, the embedded default until bge-small-en-v1.5 replaced it
 DEFAULT_RERANKER = "local"
 
 # Providers with an optional extra of apdmem (pyproject.toml) that installs their package, langchain-<provider>.
@@ -67,12 +68,12 @@ def is_generative(spec) -> bool:
 
 def is_embedded(spec) -> bool:
     """Whether a specification names an embedded model: "local" or "local:<name>" (chat: "local:smollm2";
-    embeddings: "local:minilm", "local:bge-small")."""
+    embeddings: "local:bge-small")."""
     return isinstance(spec, str) and spec.partition(":")[0] == "local"
 
 
 def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | None = None) -> Embeddings:
-    """Embeddings for a specification ("local", "local:minilm", "local:bge-small", "<provider>:<model>"); an object
+    """Embeddings for a specification ("local" = "local:bge-small", "<provider>:<model>"); an object
     is returned as it is."""
     if not isinstance(spec, str):
         return spec
@@ -114,10 +115,12 @@ def _chat_model(spec: str, base_url: str | None) -> BaseChatModel:
 
 @functools.cache
 def _local_embeddings(space: str) -> LocalEmbeddings:
-    """The embedded model named `space` ("local" is "local:minilm": one instance for both names)."""
+    """The embedded model named `space` ("local" is "local:bge-small": one instance for both names)."""
+    if space == RETIRED_SPACE:
+        raise ConfigError(f"embeddings {space!r} (all-MiniLM-L6-v2) are no longer shipped: use 'local' "
+                          f"(= {BGE_SMALL.space!r}) and `apdmem reindex` the memories they embedded")
     if space not in EMBEDDED:
-        raise ConfigError(f"unknown embedded embeddings {space!r}: use {' or '.join(map(repr, EMBEDDED))} "
-                          "('local' is 'local:minilm')")
+        raise ConfigError(f"unknown embedded embeddings {space!r}: use 'local' (= {BGE_SMALL.space!r})")
     return LocalEmbeddings(EMBEDDED[space])
 
 
@@ -168,19 +171,19 @@ def embed_array(embeddings: Embeddings, texts: list[str]) -> np.ndarray:
 
 def embeddings_id(spec: str | Embeddings, base_url: str | None = None) -> str:
     """A stable name for the vector space, recorded in each memory so that a memory is never searched or extended
-    with another model. An embedded model's name is its own specification (``"local"`` is ``"local:minilm"``;
+    with another model. An embedded model's name is its own specification (``"local"`` is ``"local:bge-small"``;
     `base_url` is for providers, the embedded models ignore it), whether named or passed as an object; a
     provider's is the specification, with the server when one is named; another object's is its class name.
 
     >>> embeddings_id("local"), embeddings_id("local:bge-small", "http://localhost:8080/v1")
-    ('local:minilm', 'local:bge-small')
+    ('local:bge-small', 'local:bge-small')
     """
     if isinstance(spec, LocalEmbeddings):
         return spec.model.space
     if not isinstance(spec, str):
         return type(spec).__name__
     if is_embedded(spec):
-        return MINILM.space if spec == DEFAULT_EMBEDDINGS else spec
+        return BGE_SMALL.space if spec == DEFAULT_EMBEDDINGS else spec
     return json.dumps([spec, base_url]) if base_url else spec
 
 
@@ -192,8 +195,8 @@ def recorded_space(recorded) -> object:
             spec = json.loads(recorded)[0]
         except (ValueError, IndexError, KeyError, TypeError):
             return recorded
-        return MINILM.space if spec == DEFAULT_EMBEDDINGS else recorded
-    return MINILM.space if recorded == DEFAULT_EMBEDDINGS else recorded
+        return RETIRED_SPACE if spec == DEFAULT_EMBEDDINGS else recorded
+    return RETIRED_SPACE if recorded == DEFAULT_EMBEDDINGS else recorded
 
 
 # Errors that retrying cannot fix, whatever the provider's SDK (OpenAI's and Anthropic's share these names).

