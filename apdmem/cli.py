@@ -277,7 +277,7 @@ def cmd_bench_retrieval(args) -> None:
     from apdmem.eval.retrieval import format_report, run
 
     result = run(args.dataset, l0_mode=args.l0_mode, chat_model=args.chat_model, embeddings=args.embeddings, base_url=args.base_url,
-                 limit=args.limit, output=args.output, dates=not args.no_dates)
+                 limit=args.limit, output=args.output, dates=args.dates)
     table = format_report(result)
     print(table)
     Path(args.output).with_suffix(".md").write_text(table + "\n")
@@ -429,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default="raw",
                    help="L0 units by the chat model (llm), the window text (raw, the default here) or auto")
     p.add_argument("--limit", type=int, default=None, help="first N conversations (LongMemEval) or questions (LoCoMo)")
-    p.add_argument("--no-dates", action="store_true", help="search without the date ranges resolved from the questions")
+    p.add_argument("--dates", action="store_true", help="prefer the sessions in the date ranges resolved from the questions "
+                   "(Memory.search's date_range; the controller does not)")
     p.add_argument("--output", default="reports/retrieval.json",
                    help="the JSON report (every question's ranking); the table printed is written beside it as .md")
     p.set_defaults(func=cmd_bench_retrieval)

@@ -2,12 +2,13 @@
 
 Each question is searched as the controller's `search` node searches it, with no model: the question and its
 events (`decompose.events`, the deterministic split), each query on its own, `Context.top_k` sessions per query,
-the question's date ranges from the deterministic parser, each query's hits rescored by the cross-encoder; then
+each query's hits rescored by the cross-encoder; then
 the disclosure policy (`policy.wanted`) decides what to open. The first row keeps the defaults; every other row
 flips one lever:
 
 - ``rrf fusion``: Reciprocal Rank Fusion instead of score-aware fusion (`retriever.fuse`);
-- ``no dates``: no preference for sessions in the question's date ranges;
+- ``dates preferred``: sessions in the question's date ranges preferred (`Memory.search`'s ``date_range``; the
+  controller does not);
 - ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
 - ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
 - ``rescore top 10`` (or ``rescore all``): the cross-encoder reads the first 10 hits of each search (`retriever.rerank`'s
@@ -53,12 +54,12 @@ from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events
 from apdmem.nodes.search import collect, linked
 
-DEFAULTS = {"fusion": "score", "dates": True, "rescoring": True, "depth": RERANK_DEPTH, "passages": True, "split": True,
+DEFAULTS = {"fusion": "score", "dates": False, "rescoring": True, "depth": RERANK_DEPTH, "passages": True, "split": True,
             "links": Context.follow_links, "head": policy.HEAD}
 ROWS = {
     "defaults": {},
     "rrf fusion": {"fusion": "rrf"},
-    "no dates": {"dates": False},
+    "dates preferred": {"dates": True},
     "no rescoring": {"rescoring": False},
     "whole units": {"passages": False},
     ("rescore all" if RERANK_DEPTH else "rescore top 10"): {"depth": None if RERANK_DEPTH else 10},

@@ -2,9 +2,9 @@
 
 Each conversation is ingested into its own namespace of a fresh on-disk store (one per LongMemEval question,
 one per LoCoMo sample); once all are ingested, each question is asked once (query embedding included in the
-timing) and the ranked sessions are scored. Relative dates in the question ("10 days ago") are resolved
-against the question date by the controller's deterministic parser and passed to the search as a date range,
-as `normalize_dates` does for the graph.
+timing) and the ranked sessions are scored. With `dates`, relative dates in the question ("10 days ago") are
+resolved against the question date by the controller's deterministic parser and passed to the search as a date
+range (the controller does not: see `apdmem.nodes.search`).
 
 Evidence: LongMemEval's `answer_session_ids` and `has_answer` turns (abstention questions are skipped);
 LoCoMo's `evidence` dia_ids and the sessions holding them (questions without resolvable evidence are skipped).
@@ -100,7 +100,7 @@ def ingest(conversations: dict[str, list[Session]], directory: str, *, progress:
                       "index_bytes_per_conversation": disk / max(len(memories), 1)}
 
 
-def search(memories: dict[str, Memory], cases: list[Case], *, dates: bool = True, progress: bool = True) -> tuple[list[dict], list[float]]:
+def search(memories: dict[str, Memory], cases: list[Case], *, dates: bool = False, progress: bool = True) -> tuple[list[dict], list[float]]:
     """Ask every question once: per-question records and search latencies (ms)."""
     records, latencies = [], []
     for case in tqdm(cases, desc="search", disable=not progress):
@@ -130,7 +130,7 @@ def summarize(records: list[dict]) -> dict:
 
 
 def run(dataset: str, *, l0_mode: str = "raw", chat_model: str = "local", embeddings: str = "local", base_url: str | None = None,
-        limit: int | None = None, output: str | None = None, progress: bool = True, dates: bool = True) -> dict:
+        limit: int | None = None, output: str | None = None, progress: bool = True, dates: bool = False) -> dict:
     """Run the benchmark and return (and optionally write) the JSON report."""
     kind, conversations, cases = load_cases(dataset, limit)
     with tempfile.TemporaryDirectory(prefix="apdmem-bench-") as directory:

@@ -75,7 +75,6 @@ class OutputState(TypedDict, total=False):
 class State(InputState, OutputState, total=False):
     today: str  # the question date as YYYY-MM-DD
     date_hints: list[str]
-    date_ranges: list[list[str]]  # [start, end] as YYYY-MM-DD, one per resolved expression: search prefers sessions in them
     queries: list[str]
     searched: Annotated[list[str], operator.add]
     candidates: dict[str, dict]  # session id -> {date, summary, score, spans, hits: {query: score}}

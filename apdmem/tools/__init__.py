@@ -18,12 +18,11 @@ from apdmem.memory.retriever import SEARCH_K, rerank
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, date_range=None, reranker=None) -> list[Document]:
-    """Top-k sessions for one or several queries, each with its best L0 summary; sessions in `date_range`
-    (a (start, end) pair or a list of them, see `Memory.search`) rank higher. With a `reranker` (a
+def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None) -> list[Document]:
+    """Top-k sessions for one or several queries, each with its best L0 summary. With a `reranker` (a
     cross-encoder) the k sessions are rescored for the query (one query only; it reads the first 10; see
     `retriever.rerank`)."""
-    docs = memory.search(queries, k=k, date_range=date_range)
+    docs = memory.search(queries, k=k)
     if reranker is None:
         return docs
     if not isinstance(queries, str):
