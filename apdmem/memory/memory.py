@@ -361,8 +361,9 @@ class Memory:
         `min_score` drops sessions scoring below it (default: none; the k best are returned however weak). The
         score (``metadata["score"]``) is 0.8 x the cosine similarity of the best unit to the query plus 0.2 x its
         BM25 coverage (0 to 1), plus the date preference (up to 0.1) and, in llm mode, 0.25 per keyword of the
-        unit named in the query. With the default embeddings (bge-small), sessions unrelated to a query score up to about
-        0.5 and the answering one 0.5-0.7 on the tests' history; look at the scores `apdmem search` prints before choosing a cut-off.
+        unit named in the query. With the default embeddings (bge-small), sessions unrelated to a query score up to
+        about 0.5 and the answering one 0.5-0.7 on the tests' history; look at the scores `apdmem search` prints
+        before choosing a cut-off.
 
         `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
         near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).

