@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     links = Parser(add_help=False)
     links.add_argument("--follow-links", action=argparse.BooleanOptionalAction, default=None,
                        help="for questions that gather several sessions (how many, in total, the latest ...), also open "
-                            "the sessions linked to those opened (default $APDMEM_FOLLOW_LINKS, else on)")
+                            "the sessions most strongly linked to the best ones found (default $APDMEM_FOLLOW_LINKS, else on)")
     asking = Parser(add_help=False, parents=[links])
     asking.add_argument("--no-reflection", action="store_true",
                         help="no model reflection between rounds: the deterministic disclosure policy decides")

@@ -9,15 +9,16 @@ flips one lever:
 - ``rrf fusion``: Reciprocal Rank Fusion instead of score-aware fusion (`retriever.fuse`);
 - ``dates preferred``: sessions in the question's date ranges preferred (`Memory.search`'s ``date_range``; the
   controller does not);
+- ``no date cover``: the policy does not open a session dated near each of the question's dates (`policy.chosen`);
 - ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
 - ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
 - ``rescore top 10`` (or ``rescore all``): the cross-encoder reads the first 10 hits of each search (`retriever.rerank`'s
   ``depth``), or all of them;
 - ``no split``: the question alone, without its events;
-- ``links followed`` (or ``no links``, when the default follows them): `Context.follow_links` flipped.
+- ``links lifted`` (or ``no links``, when the default lifts them): `Context.follow_links` flipped.
 
-Columns: the question's own ranking (any@1: an evidence session first; all@5, all@10: every evidence session in
-the top 5, 10); the policy's evidence recall, share of sessions opened and sessions opened per question; recall on
+Columns: the question's own ranking, with the links it lifts (any@1: an evidence session first; all@5, all@10:
+every evidence session in the top 5, 10); the policy's evidence recall, share of sessions opened and sessions opened per question; recall on
 the multi-session and temporal-reasoning questions; the median time of a search (`Memory.search`, query embedding
 included) and of the rescoring of its hits (in the first row to read these passages of these hits: the
 cross-encoder's logits are cached for the other rows). Abstention questions are skipped (no evidence sessions).
@@ -54,17 +55,18 @@ from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events
 from apdmem.nodes.search import collect, linked
 
-DEFAULTS = {"fusion": "score", "dates": False, "rescoring": True, "depth": RERANK_DEPTH, "passages": True, "split": True,
-            "links": Context.follow_links, "head": policy.HEAD}
+DEFAULTS = {"fusion": "score", "dates": False, "date cover": True, "rescoring": True, "depth": RERANK_DEPTH, "passages": True,
+            "split": True, "links": Context.follow_links, "head": policy.HEAD}
 ROWS = {
     "defaults": {},
     "rrf fusion": {"fusion": "rrf"},
     "dates preferred": {"dates": True},
+    "no date cover": {"date cover": False},
     "no rescoring": {"rescoring": False},
     "whole units": {"passages": False},
     ("rescore all" if RERANK_DEPTH else "rescore top 10"): {"depth": None if RERANK_DEPTH else 10},
     "no split": {"split": False},
-    ("no links" if DEFAULTS["links"] else "links followed"): {"links": not DEFAULTS["links"]},
+    ("no links" if DEFAULTS["links"] else "links lifted"): {"links": not DEFAULTS["links"]},
 }
 WIDTH = 26  # of the row names
 TYPES = {"multi": "multi-session", "temporal": "temporal-reasoning"}
@@ -98,23 +100,24 @@ def first_pass(memory: Memory, query: str, ranges, fusion: str, k: int) -> list[
 
 def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, timings: Timings, k: int) -> dict:
     """What the controller's searches and its disclosure policy do for one question under these levers."""
-    hints = resolve_relative_dates(case.question, case.question_date.date()) if lever["dates"] else []
-    ranges = [(h.start, h.end) for h in hints] or None
+    hints = resolve_relative_dates(case.question, case.question_date.date())
+    ranges = [(h.start, h.end) for h in hints]
     queries = [case.question, *(events(case.question) if lever["split"] else [])]
-    candidates, ranked = {}, []
+    candidates = {}
     for query in queries:
         started = time.perf_counter()
-        docs = first_pass(memory, query, ranges, lever["fusion"], k)
+        docs = first_pass(memory, query, ranges if lever["dates"] else None, lever["fusion"], k)
         searched = time.perf_counter()
         timings.search.append((searched - started) * 1000)
         if lever["rescoring"]:
             docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None, depth=lever["depth"])
             timings.rescoring.append((time.perf_counter() - searched) * 1000)
         collect(candidates, query, docs)
-        ranked = ranked or [d.metadata["session_id"] for d in docs]
-    state = {"question": case.question, "searched": queries, "candidates": candidates}
     if lever["links"] and policy.follows_links(case.question):
-        state["links"] = linked(memory, list(candidates))
+        policy.lift(candidates, case.question, linked(memory, list(candidates)))
+    ranked = policy.ranking(candidates, case.question)
+    state = {"question": case.question, "searched": queries, "candidates": candidates,
+             "date_ranges": [[f"{start}", f"{end}"] for start, end in ranges] if lever["date cover"] else []}
     policy.HEAD = lever["head"]
     opened = set(policy.wanted(state))
     gold = case.gold_sessions

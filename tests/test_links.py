@@ -206,25 +206,36 @@ def test_the_policy_follows_no_link_for_a_single_fact_question(shopper, question
     memory, settings = shopper
     final, events = run_graph(question, Context(reflection=False, top_k=2, follow_links=True), settings=settings, memory=memory)
     assert len(final["opened"]) == 1 and all(via is None for _, via in drills(events))
-    assert "links" not in final
+    assert not any("via" in c for c in final["candidates"].values())  # nothing lifted
 
 
-def test_the_policy_follows_the_strongest_links_of_what_it_picked_at_most_links_followed():
+def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_sessions():
     import doctest
 
     from apdmem.nodes import policy
 
     def link(sid, strength):
-        return {"session_id": sid, "strength": strength, "terms": ["hoka"]}
+        return {"session_id": sid, "date": "2024-03-05T10:00:00", "strength": strength, "terms": ["hoka"]}
 
     scores = {"s1": 2.0, "s2": 1.0, "s3": 0.9, "s4": 0.9, "s5": 0.8}
     candidates = {s: {"date": "", "summary": "", "score": v, "spans": [], "hits": {"q": v}} for s, v in scores.items()}
-    links = {"s1": [link("s3", 0.5), link("s6", 0.4), link("s7", 0.35)], "s2": [link("s8", 0.9)]}
-    state = {"question": "q", "searched": ["q"], "candidates": candidates, "links": links}
-    assert policy.chosen(state) == ["s1"]  # s2 is not opened: its links are not followed
-    assert policy.wanted(state) == ["s1", "s3", "s6"] and policy.LINKS_FOLLOWED == 2
-    assert policy.followed(state, ["s1"])["s3"] == {"from": "s1", "strength": 0.5, "terms": ["hoka"]}
+    state = {"question": "q", "searched": ["q"], "candidates": candidates}
+    assert policy.wanted(state) == ["s1"] and (policy.LIFTED_FROM, policy.LINKS_LIFTED, policy.LIFT) == (2, 2, 0.8)
+    # From s1 and s2 (the first two), the strongest two links: s8 (found by no search) and s3; s6 and s7 stay put,
+    # and so does every link of s3, which is not among the first two.
+    links = {"s1": [link("s3", 0.5), link("s6", 0.4)], "s2": [link("s8", 0.9), link("s7", 0.3)], "s3": [link("s5", 0.95)]}
+    lifted = {s: {**c, "hits": dict(c["hits"])} for s, c in candidates.items()}
+    policy.lift(lifted, "q", links)
+    assert policy.ranking(lifted, "q") == ["s1", "s3", "s2", "s4", "s5", "s8"]  # s3 to 0.8 x 2.0, s8 to 0.8 x 1.0
+    assert lifted["s3"]["via"] == {"from": "s1", "strength": 0.5, "terms": ["hoka"]} and "s6" not in lifted
+    assert lifted["s8"] == {"date": "2024-03-05T10:00:00", "summary": "", "score": 0.8, "spans": [], "hits": {"q": 0.8},
+                            "via": {"from": "s2", "strength": 0.9, "terms": ["hoka"]}}
+    state = {**state, "candidates": lifted}
+    assert policy.wanted(state) == ["s1", "s3"]  # the head now holds the session linked from the best one
     reads = policy.plan(state, Context(drill_width=2))
-    assert reads == [{"session_id": "s1", "layer": "L1"}, {"session_id": "s3", "layer": "L1", "via": policy.followed(state, ["s1"])["s3"]}]
-    assert policy.wanted({**state, "links": {}}) == ["s1"]
+    assert reads == [{"session_id": "s1", "layer": "L1"}, {"session_id": "s3", "layer": "L1", "via": lifted["s3"]["via"]}]
+    # A session ranking higher than the lift keeps its score (and no via); a negative score lifts toward zero.
+    higher = {"s1": {**candidates["s1"], "hits": {"q": -1.0}, "score": -1.0}, "s2": {**candidates["s2"], "hits": {"q": 3.0}, "score": 3.0}}
+    policy.lift(higher, "q", {"s1": [link("s2", 0.9), link("s9", 0.8)]})
+    assert higher["s2"]["hits"]["q"] == 3.0 and "via" not in higher["s2"] and higher["s9"]["hits"]["q"] == pytest.approx(-1.2)
     assert doctest.testmod(policy).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no

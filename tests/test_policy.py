@@ -1,5 +1,5 @@
-"""The deterministic disclosure policy: the head of a ranking, sub-query coverage, deepening what L1 did not
-cover, and stopping. Offline: a real raw-mode memory, a scripted model where layers are built."""
+"""The deterministic disclosure policy: the head of a ranking, sub-query and date coverage, deepening what L1 did
+not cover, and stopping. Offline: a real raw-mode memory, a scripted model where layers are built."""
 
 from types import SimpleNamespace
 
@@ -56,6 +56,20 @@ def test_each_sub_query_is_covered_by_an_opened_session():
     assert policy.wanted(state) == ["s1", "s2", "s4"]
     assert policy.wanted({**state, "searched": [question]}) == ["s1", "s2"]
     assert policy.wanted({**state, "searched": []}) == []
+
+
+def test_each_date_the_question_names_is_covered_by_a_session_dated_near_it():
+    question = "What did I buy ten days ago?"
+    scores = {"s1": (2.0, "2024-03-01"), "s2": (1.0, "2024-02-10"), "s3": (0.95, "2024-02-12"),
+              "s4": (0.9, "2024-02-19"), "s5": (0.9, "2024-02-20"), "s6": (0.9, "2024-01-05")}
+    candidates = {s: {**candidate(v, {question: v}), "date": f"{day}T10:00:00"} for s, (v, day) in scores.items()}
+    state = {"question": question, "searched": [question], "candidates": candidates}
+    assert policy.wanted(state) == ["s1"]  # s1 alone stands out
+    # 2024-02-17: s4 (two days later) is the best-ranked session within three days of it; s3 (five days) is not.
+    assert policy.wanted({**state, "date_ranges": [["2024-02-17", "2024-02-17"]]}) == ["s1", "s4"]
+    # A range an opened session is dated in is covered already; a range no candidate is near adds nothing.
+    assert policy.wanted({**state, "date_ranges": [["2024-02-26", "2024-03-02"], ["2023-06-01", "2023-06-30"]]}) == ["s1"]
+    assert policy.wanted({**state, "date_ranges": [["2024-02-10", "2024-02-10"], ["2024-02-17", "2024-02-17"]]}) == ["s1", "s2", "s4"]
 
 
 def test_a_session_that_stands_alone_is_opened_alone():

@@ -224,11 +224,12 @@ def test_bench_retrieval_on_longmemeval_scores_turns_and_dates(tmp_path):
 
 
 def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory, history, monkeypatch):
-    """normalize_dates puts the resolved dates in the state for the models; the search node does not prefer them
-    (see `nodes.search`)."""
+    """normalize_dates puts the resolved dates in the state for the models and the disclosure policy; the search
+    node does not prefer them (see `nodes.search`)."""
     from types import SimpleNamespace
 
     from apdmem.graph import Context, Settings
+    from apdmem.nodes import policy
     from apdmem.nodes.dates import normalize_dates
     from apdmem.nodes.search import search
 
@@ -238,12 +239,14 @@ def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory,
     runtime = SimpleNamespace(context=Context(user_id="alice", top_k=3), stream_writer=None)
     state = {"question": "What did I do with my hobbies 10 days ago?", "question_date": "2024-04-30T10:00"}
     state |= normalize_dates(state, runtime, settings=Settings())
-    assert state["date_hints"] == ['"10 days ago" = 2024-04-20 (Saturday)'] and "date_ranges" not in state
+    assert state["date_hints"] == ['"10 days ago" = 2024-04-20 (Saturday)']
+    assert state["date_ranges"] == [["2024-04-20", "2024-04-20"]]
     calls, found = [], []
     monkeypatch.setattr(memory, "search", lambda *a, **kw: calls.append(kw) or found.append(type(memory).search(memory, *a, **kw)) or found[-1])
     out = search({**state, "queries": [state["question"]]}, runtime, settings=Settings(), memory=memory)
     assert calls == [{"k": 3}]
     assert "s-guitar" in out["candidates"]  # the hobby found by meaning
+    assert "s-guitar" in policy.wanted({**state, **out})  # and dated that evening: opened either way
 
 
 # ------------------------------------------------------------------------------------------------ reranking

@@ -75,10 +75,11 @@ class OutputState(TypedDict, total=False):
 class State(InputState, OutputState, total=False):
     today: str  # the question date as YYYY-MM-DD
     date_hints: list[str]
+    date_ranges: list[list[str]]  # [start, end] as YYYY-MM-DD, one per date hint: the disclosure policy covers each
     queries: list[str]
     searched: Annotated[list[str], operator.add]
-    candidates: dict[str, dict]  # session id -> {date, summary, score, spans, hits: {query: score}}
-    links: dict[str, list[dict]]  # with `follow_links`: candidate session id -> its links {session_id, strength, terms}
+    # session id -> {date, summary, score, spans, hits: {query: score}}, and `via`: the link that lifted it (`policy.lift`)
+    candidates: dict[str, dict]
     evidence: Annotated[list[Evidence], operator.add]
     opened: Annotated[dict[str, str], deepest]
     drills: Annotated[list[Drill], operator.add]

@@ -1,5 +1,6 @@
 """`normalize_dates`: relative time expressions (and dates written out) in the question resolved to absolute
-dates or ranges, for the models to read (`date_hints`).
+dates or ranges, for the models to read (`date_hints`) and for the disclosure policy to cover (`date_ranges`:
+it opens a session dated near each, `apdmem.nodes.policy`).
 
 Deterministic parsing first (`resolve_relative_dates`); the controller model only for temporal phrases the
 parser leaves unresolved ("the week of my cousin's wedding" stays unresolved: no calendar can place it).
@@ -223,4 +224,4 @@ def normalize_dates(state, runtime, *, settings) -> dict:
             hints += resolve_with_model(question, today, settings.controller(), usage)
     annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints])
     return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
-            **usage_update("normalize_dates", usage)}
+            "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

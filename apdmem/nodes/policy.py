@@ -6,11 +6,14 @@ It decides whenever the controller's model does not: the first drill after a sea
 - **Open** the sessions that stand out in the question's ranking (its *head*: scores at least `HEAD` of the
   way from the background, the median score below the first few, to the best; the scores are the search's
   rescored by the cross-encoder, see `retriever.rerank`), and cover every sub-query: when none of the sessions
-  standing out for a sub-query is opened, its best one is. Sessions open at L1.
-- **Follow links** (with the `follow_links` option, for questions that gather several sessions: a count, a
-  total, the latest state of something; see `follows_links`): beside what it opens, the policy opens the sessions
-  most strongly linked to them (`apdmem.memory.links`: shared rare terms, close units), at most
-  `LINKS_FOLLOWED`; each is a read like any other, in the same rounds and the same step budget.
+  standing out for a sub-query is opened, its best one is. Cover every date the question names too ("10 days
+  ago", "last Saturday": the state's `date_ranges`): when no session opened is dated within `DATE_SLACK_DAYS` of
+  it, the question's best-ranked session that is, is opened. Sessions open at L1.
+- **Lift links** (with the `follow_links` option, for questions that gather several sessions: a count, a total,
+  the latest state of something; see `follows_links`): the sessions most strongly linked to the question's first
+  `LIFTED_FROM` sessions (`apdmem.memory.links`: shared rare terms, close units), at most `LINKS_LIFTED`, rank just
+  below the session they are linked from (`lift`, in the `search` node), so the head opens them like any other
+  (one lifted by a session the head opens is opened with it); each read says which link lifted it (``via``).
 - **Deepen** an opened session when what was disclosed of it lacks words of the queries that its matched
   turns contain: the upper layer dropped what made the session match, so its matched turns are read at the
   next layer down (L3, the exact messages: no model call).
@@ -23,14 +26,16 @@ from __future__ import annotations
 
 import re
 import statistics
+from datetime import timedelta
 
 from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.index import tokenize
+from apdmem.memory.retriever import DATE_SLACK_DAYS, as_date
 
 # A session stands out when its score is at least this share of the way from the background (the median score
-# below the first BACKGROUND_FROM places) to the best. On reranked scores, 20 sessions per search, links followed,
-# the 144 answerable dev questions (benchmarks/ablation.py, bge-small) gave: 0.25 opened 7.7% of the sessions for 0.989
-# of the evidence sessions, 0.3 7.0% for 0.984.
+# below the first BACKGROUND_FROM places) to the best. On reranked scores, 20 sessions per search, links lifted,
+# the 144 answerable dev questions (benchmarks/ablation.py, bge-small) gave: 0.25 opened 6.8% of the sessions for 0.990
+# of the evidence sessions, 0.3 6.2% for 0.985.
 HEAD = 0.25
 BACKGROUND_FROM = 3
 
@@ -40,9 +45,15 @@ BACKGROUND_FROM = 3
 FOLLOW_CUES = re.compile(r"\b(how many|how much|in total|total|altogether|combined|so far|sum|"
                          r"current|currently|latest|most recent|still|now|anymore|these days|at the moment)\b",
                          re.IGNORECASE)
-# Linked sessions one question may add to what the policy opens: the multi-session questions of LongMemEval need
-# two or three sessions, and the head opens one or two of them.
-LINKS_FOLLOWED = 2
+# Sessions a question's links may lift into its ranking, from its first LIFTED_FROM sessions, each to LIFT of the
+# score of the session it is linked from (a share of its distance above zero, for scores below it). LongMemEval's
+# multi-session questions need two or three sessions, and the first one or two found are the surest to link from.
+# On the 144 answerable dev questions (benchmarks/ablation.py) this opened 6.8% of the sessions for 0.990 of the
+# evidence (all@5 0.951), where following the two strongest links of every session the head opened took 7.7% for
+# 0.991 (all@5 0.931, links add nothing to the ranking).
+LIFTED_FROM = 2
+LINKS_LIFTED = 2
+LIFT = 0.8
 
 
 def head(scores: list[float]) -> int:
@@ -84,41 +95,66 @@ def follows_links(question: str) -> bool:
 
 
 def wanted(state) -> list[str]:
-    """Sessions worth opening, in order: the question's head, then the best session of each sub-query whose
-    head has none of them yet (`chosen`), then the linked sessions worth following (`followed`)."""
-    picked = chosen(state)
-    return picked + list(followed(state, picked))
+    """Sessions worth opening, in order (`chosen`; links lifted into the ranking are among them)."""
+    return chosen(state)
 
 
 def chosen(state) -> list[str]:
-    """The sessions the ranking itself picks: the question's head, then the best session of each sub-query
-    whose head has none of them yet."""
+    """The sessions the ranking itself picks: the question's head and the sessions its sessions lifted (`lift`: in
+    a short ranking a lifted session may not stand out), then the best session of each sub-query whose head has
+    none of them yet, then for each of the question's date ranges that none of them is dated
+    near, the question's best-ranked session dated near it (`dated_near`)."""
     candidates = state.get("candidates", {})
     queries = list(dict.fromkeys(state.get("searched", [])))
     if not queries:
         return []
     question = state.get("question") if state.get("question") in queries else queries[0]
     picked = query_head(candidates, question)
+    picked += [sid for sid in ranking(candidates, question) if sid not in picked and candidates[sid].get("via", {}).get("from") in picked]
     for query in queries:
         found = query_head(candidates, query)
         if query != question and found and not set(found) & set(picked):
             picked.append(found[0])
+    for start, end in state.get("date_ranges", []):
+        dated = [sid for sid in ranking(candidates, question) if dated_near(candidates[sid], start, end)]
+        if dated and not set(dated) & set(picked):
+            picked.append(dated[0])
     return picked
 
 
-def followed(state, chosen: list[str]) -> dict[str, dict]:
-    """The sessions linked to `chosen` that are worth opening too, each with the link followed to it (``from``,
-    ``strength``, ``terms``): the strongest links from the chosen sessions to others, at most `LINKS_FOLLOWED`.
-    Empty unless the state holds links (the `search` node adds them with the `follow_links` option, for questions
-    that `follows_links`)."""
-    links = state.get("links") or {}
-    offered = sorted(((link["strength"], sid, link) for sid in chosen for link in links.get(sid, [])
-                      if link["session_id"] not in chosen), key=lambda t: (-t[0], t[1], t[2]["session_id"]))
-    out: dict[str, dict] = {}
+def dated_near(candidate: dict, start: str, end: str) -> bool:
+    """Whether a candidate session is dated within `DATE_SLACK_DAYS` of the range [start, end] (ISO dates): the
+    dates questions name are loose ("two weeks ago"), and a session may tell of an event a day or two later.
+
+    >>> dated_near({"date": "2023-03-17T09:30:00"}, "2023-03-15", "2023-03-15")
+    True
+    """
+    day, slack = as_date(candidate["date"]), timedelta(days=DATE_SLACK_DAYS)
+    return as_date(start) - slack <= day <= as_date(end) + slack
+
+
+def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]]) -> None:
+    """Lift into the question's ranking, in place, the sessions most strongly linked to its first `LIFTED_FROM`
+    sessions, at most `LINKS_LIFTED`: each to `LIFT` of the score of the session it is linked from, unless it
+    ranks higher already. A lifted session records the link under ``via`` (``from``, ``strength``, ``terms``).
+    `links` maps sessions to their links (`search.linked`: ``session_id``, ``date``, ``strength``, ``terms``); a
+    linked session the searches did not find becomes a candidate without a matched unit."""
+    offered = sorted(((link["strength"], sid, link) for sid in ranking(candidates, question)[:LIFTED_FROM]
+                      for link in links.get(sid, [])), key=lambda t: (-t[0], t[1], t[2]["session_id"]))
+    lifted: list[str] = []
     for strength, sid, link in offered:
-        if len(out) < LINKS_FOLLOWED and link["session_id"] not in out:
-            out[link["session_id"]] = {"from": sid, "strength": strength, "terms": link["terms"]}
-    return out
+        other = link["session_id"]
+        if len(lifted) == LINKS_LIFTED:
+            break
+        if other in lifted:
+            continue
+        lifted.append(other)
+        score = candidates[sid]["hits"][question]
+        score -= (1 - LIFT) * abs(score)
+        slot = candidates.setdefault(other, {"date": link["date"], "summary": "", "score": score, "spans": [], "hits": {}})
+        if score > slot["hits"].get(question, float("-inf")):
+            slot["hits"][question], slot["score"] = score, max(slot["score"], score)
+            slot["via"] = {"from": sid, "strength": strength, "terms": link["terms"]}
 
 
 def uncovered(state, session_id: str) -> bool:
@@ -134,15 +170,13 @@ def uncovered(state, session_id: str) -> bool:
 
 
 def plan(state, ctx) -> list[dict]:
-    """The next round's reads, at most `drill_width`: sessions to open (one opened for a link says which, under
+    """The next round's reads, at most `drill_width`: sessions to open (one a link lifted says which, under
     ``via``), then sessions to read deeper. Empty when the policy has nothing left to do."""
-    opened = state.get("opened", {})
-    picked = chosen(state)
-    via = followed(state, picked)
-    reads = [{"session_id": sid, "layer": "L1", **({"via": via[sid]} if sid in via else {})}
-             for sid in picked + list(via) if sid not in opened]
+    opened, candidates = state.get("opened", {}), state.get("candidates", {})
+    reads = [{"session_id": sid, "layer": "L1", **({"via": candidates[sid]["via"]} if "via" in candidates[sid] else {})}
+             for sid in chosen(state) if sid not in opened]
     deepest = max((LAYER_DEPTH[layer] for layer in ctx.allowed_layers), default=0)
-    ranked = sorted(opened, key=lambda sid: -state.get("candidates", {}).get(sid, {}).get("score", 0.0))
+    ranked = sorted(opened, key=lambda sid: -candidates.get(sid, {}).get("score", 0.0))
     reads += [{"session_id": sid, "layer": "L3"} for sid in ranked
               if LAYER_DEPTH[opened[sid]] < deepest and uncovered(state, sid)]
     return reads[: ctx.drill_width]

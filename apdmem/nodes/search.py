@@ -12,8 +12,8 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     """Search each query not searched yet on its own and rescore its hits with the cross-encoder (the policy reads
     how those scores fall off). Each query on its own, so that what every sub-query found stays visible (the
     disclosure policy covers each one); `collect` merges the hits into the candidate sessions. With the
-    `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the candidates'
-    cross-session links go into the state for the policy to follow. `settings` and `memory` are what the graph was
+    `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the sessions most
+    strongly linked to the question's first ones are lifted into its ranking (`policy.lift`). `settings` and `memory` are what the graph was
     built with (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
@@ -21,7 +21,8 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     candidates = {sid: {**c, "spans": list(c["spans"]), "hits": dict(c["hits"])} for sid, c in state.get("candidates", {}).items()}
     memory, found = open_memory(runtime, settings, memory), []
     reranker = settings.reranker()
-    # The question's dates are no search preference (they reach the models as `date_hints`): on the 151 dev
+    # The question's dates are no search preference (they reach the models as `date_hints`, and the disclosure
+    # policy opens a session dated near each: `policy.chosen`): on the 151 dev
     # questions preferring the sessions dated in them lowered the policy's evidence recall (0.989 -> 0.979, temporal
     # questions 0.958 -> 0.921; README "The controller"). A date in a question says when something happened, and the
     # evidence is often told in other sessions: a preferred day crowds them out of the head.
@@ -31,18 +32,22 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     step = state.get("step", 0) + 1
     annotate(step=step, queries=queries, session_ids=sessions)
     emit(runtime, event="search", step=step, queries=queries, sessions=sessions)
-    links = linked(memory, list(candidates)) if ctx.follow_links and policy.follows_links(state.get("question", "")) else {}
-    return {"candidates": candidates, "searched": queries, "step": step, **({"links": links} if links else {})}
+    question = state.get("question", "")
+    if question in queries and ctx.follow_links and policy.follows_links(question):
+        policy.lift(candidates, question, linked(memory, list(candidates)))
+    return {"candidates": candidates, "searched": queries, "step": step}
 
 
 def linked(memory, session_ids: list[str]) -> dict[str, list[dict]]:
-    """The cross-session links of these sessions (`Memory.links`), as the state holds them: per session, the
-    sessions it is linked to with the strength and the shared terms of each link."""
+    """The cross-session links of these sessions (`Memory.links`), as the policy reads them: per session, the
+    sessions it is linked to with their date, the strength and the shared terms of each link."""
     wanted, out = set(session_ids), {}
-    for link in memory.links():
+    links, sessions = memory.links(), memory.manifest["sessions"]  # the generation links() refreshed to
+    for link in links:
         for sid, other in ((link.session_id, link.other), (link.other, link.session_id)):
-            if sid in wanted:
-                out.setdefault(sid, []).append({"session_id": other, "strength": link.strength, "terms": list(link.terms)})
+            if sid in wanted and other in sessions:
+                out.setdefault(sid, []).append({"session_id": other, "date": sessions[other]["date"],
+                                                "strength": link.strength, "terms": list(link.terms)})
     return out
 
 
