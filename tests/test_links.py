@@ -213,6 +213,7 @@ def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_ses
     import doctest
 
     from apdmem.nodes import policy
+    from apdmem.nodes.reflect import render_candidates
 
     def link(sid, strength):
         return {"session_id": sid, "date": "2024-03-05T10:00:00", "strength": strength, "terms": ["hoka"]}
@@ -230,6 +231,7 @@ def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_ses
     assert lifted["s3"]["via"] == {"from": "s1", "strength": 0.5, "terms": ["hoka"]} and "s6" not in lifted
     assert lifted["s8"] == {"date": "2024-03-05T10:00:00", "summary": "", "score": 0.8, "spans": [], "hits": {"q": 0.8},
                             "via": {"from": "s2", "strength": 0.9, "terms": ["hoka"]}}
+    assert "- s8 | 2024-03-05 | read: L0 | (linked from s2)" in render_candidates({"candidates": lifted})  # what reflection reads
     state = {**state, "candidates": lifted}
     assert policy.wanted(state) == ["s1", "s3"]  # the head now holds the session linked from the best one
     reads = policy.plan(state, Context(drill_width=2))

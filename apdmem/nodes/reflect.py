@@ -38,7 +38,7 @@ def render_candidates(state) -> str:
     opened = state.get("opened", {})
     lines = []
     for sid, c in ranked:
-        summary = " ".join(c["summary"].split())[:SUMMARY_CHARS]
+        summary = " ".join(c["summary"].split())[:SUMMARY_CHARS] or (f"(linked from {c['via']['from']})" if "via" in c else "")
         lines.append(f"- {sid} | {c['date'][:10]} | read: {opened.get(sid, 'L0')} | {summary}")
     return "\n".join(lines) or "(none)"
 
