@@ -9,7 +9,7 @@ flips one lever:
 - ``rrf fusion``: Reciprocal Rank Fusion instead of score-aware fusion (`retriever.fuse`);
 - ``dates preferred``: sessions in the question's date ranges preferred (`Memory.search`'s ``date_range``; the
   controller does not);
-- ``no date cover``: the policy does not open a session dated near each of the question's dates (`policy.chosen`);
+- ``no date cover``: the policy does not open a session dated near each of the question's dates (`policy.wanted`);
 - ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
 - ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
 - ``rescore top 10`` (or ``rescore all``): the cross-encoder reads the first 10 hits of each search (`retriever.rerank`'s

@@ -11,9 +11,9 @@ It decides whenever the controller's model does not: the first drill after a sea
   it, the question's best-ranked session that is, is opened. Sessions open at L1.
 - **Lift links** (with the `follow_links` option, for questions that gather several sessions: a count, a total,
   the latest state of something; see `follows_links`): the sessions most strongly linked to the question's first
-  `LIFTED_FROM` sessions (`apdmem.memory.links`: shared rare terms, close units), at most `LINKS_LIFTED`, rank just
-  below the session they are linked from (`lift`, in the `search` node), so the head opens them like any other
-  (one lifted by a session the head opens is opened with it); each read says which link lifted it (``via``).
+  `LIFTED_FROM` sessions (`apdmem.memory.links`: shared rare terms, close units), at most `LINKS_LIFTED`, rise to
+  `LIFT` of the score of the session they are linked from (`lift`, in the `search` node), so the head opens them
+  like any other (one lifted by a session the head opens is opened with it); each read names its link (``via``).
 - **Deepen** an opened session when what was disclosed of it lacks words of the queries that its matched
   turns contain: the upper layer dropped what made the session match, so its matched turns are read at the
   next layer down (L3, the exact messages: no model call).
@@ -95,22 +95,18 @@ def follows_links(question: str) -> bool:
 
 
 def wanted(state) -> list[str]:
-    """Sessions worth opening, in order (`chosen`; links lifted into the ranking are among them)."""
-    return chosen(state)
-
-
-def chosen(state) -> list[str]:
-    """The sessions the ranking itself picks: the question's head and the sessions its sessions lifted (`lift`: in
-    a short ranking a lifted session may not stand out), then the best session of each sub-query whose head has
-    none of them yet, then for each of the question's date ranges that none of them is dated
-    near, the question's best-ranked session dated near it (`dated_near`)."""
+    """Sessions worth opening, in order: the question's head with the sessions its sessions lifted (`lift`: in a
+    short ranking a lifted session may not stand out by itself), then the best session of each sub-query whose head
+    has none of them yet, then, for each of the question's date ranges that none of them is dated near, the
+    question's best-ranked session that is (`dated_near`)."""
     candidates = state.get("candidates", {})
     queries = list(dict.fromkeys(state.get("searched", [])))
     if not queries:
         return []
     question = state.get("question") if state.get("question") in queries else queries[0]
     picked = query_head(candidates, question)
-    picked += [sid for sid in ranking(candidates, question) if sid not in picked and candidates[sid].get("via", {}).get("from") in picked]
+    picked += [sid for sid in ranking(candidates, question)
+               if sid not in picked and candidates[sid].get("via", {}).get("from") in picked]
     for query in queries:
         found = query_head(candidates, query)
         if query != question and found and not set(found) & set(picked):
@@ -174,7 +170,7 @@ def plan(state, ctx) -> list[dict]:
     ``via``), then sessions to read deeper. Empty when the policy has nothing left to do."""
     opened, candidates = state.get("opened", {}), state.get("candidates", {})
     reads = [{"session_id": sid, "layer": "L1", **({"via": candidates[sid]["via"]} if "via" in candidates[sid] else {})}
-             for sid in chosen(state) if sid not in opened]
+             for sid in wanted(state) if sid not in opened]
     deepest = max((LAYER_DEPTH[layer] for layer in ctx.allowed_layers), default=0)
     ranked = sorted(opened, key=lambda sid: -candidates.get(sid, {}).get("score", 0.0))
     reads += [{"session_id": sid, "layer": "L3"} for sid in ranked

@@ -13,8 +13,8 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     how those scores fall off). Each query on its own, so that what every sub-query found stays visible (the
     disclosure policy covers each one); `collect` merges the hits into the candidate sessions. With the
     `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the sessions most
-    strongly linked to the question's first ones are lifted into its ranking (`policy.lift`). `settings` and `memory` are what the graph was
-    built with (`build_graph`)."""
+    strongly linked to the question's first ones are lifted into its ranking (`policy.lift`). `settings` and
+    `memory` are what the graph was built with (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
@@ -22,10 +22,10 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     memory, found = open_memory(runtime, settings, memory), []
     reranker = settings.reranker()
     # The question's dates are no search preference (they reach the models as `date_hints`, and the disclosure
-    # policy opens a session dated near each: `policy.chosen`): on the 151 dev
-    # questions preferring the sessions dated in them lowered the policy's evidence recall (0.989 -> 0.979, temporal
-    # questions 0.958 -> 0.921; README "The controller"). A date in a question says when something happened, and the
-    # evidence is often told in other sessions: a preferred day crowds them out of the head.
+    # policy opens a session dated near each: `policy.wanted`): on the 151 dev questions preferring the sessions
+    # dated in them lowered the policy's evidence recall (0.990 -> 0.978, temporal questions 0.967 -> 0.921; README
+    # "The controller"). A date in a question says when something happened, and the evidence is often told in other
+    # sessions: a preferred day crowds them out of the head.
     for query in queries:
         found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, reranker=reranker))
     sessions = list(dict.fromkeys(found))
