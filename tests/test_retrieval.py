@@ -252,6 +252,20 @@ def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory,
 # ------------------------------------------------------------------------------------------------ reranking
 
 
+def test_an_embedded_vector_is_the_same_whatever_it_is_embedded_with(history):
+    """The int8 model scales its activations over its whole input: each text runs alone, so a session's vector at
+    ingestion, at a reindex and as a query is one vector, whatever else is embedded in the same call."""
+    from apdmem.models.local import BGE_SMALL, LocalEmbeddings
+
+    texts = [turn.content for session in history for turn in session.turns][:12]
+    assert len({len(t.split()) for t in texts}) > 3  # texts of different lengths: a padded batch would pad them
+    together = LocalEmbeddings(BGE_SMALL).embed(texts)
+    alone = LocalEmbeddings(BGE_SMALL)  # a fresh instance: nothing cached
+    assert np.array_equal(together, np.stack([alone.embed([t])[0] for t in reversed(texts)])[::-1])
+    assert np.array_equal(together[3], np.asarray(alone.embed_query(texts[3]), dtype=np.float32))
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
 def test_the_cross_encoder_rescores_what_a_search_found():
     from langchain_core.documents import Document
 
