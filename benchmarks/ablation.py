@@ -9,7 +9,8 @@ flips one lever:
 - ``rrf fusion``: Reciprocal Rank Fusion instead of score-aware fusion (`retriever.fuse`);
 - ``dates preferred``: sessions in the question's date ranges preferred (`Memory.search`'s ``date_range``; the
   controller does not);
-- ``no date cover``: the policy does not open a session dated near each of the question's dates (`policy.wanted`);
+- ``no date cover``: no session dated near each of the question's dates is lifted into its ranking and opened
+  (`policy.lift`, `policy.wanted`);
 - ``no rescoring``: the first pass alone (`Memory.search`), without the cross-encoder;
 - ``whole units``: the cross-encoder reads each unit whole (up to its window), not the unit's `retriever.passage`;
 - ``rescore top 10`` (or ``rescore all``): the cross-encoder reads the first 10 hits of each search (`retriever.rerank`'s
@@ -17,9 +18,9 @@ flips one lever:
 - ``no split``: the question alone, without its events;
 - ``links lifted`` (or ``no links``, when the default lifts them): `Context.follow_links` flipped.
 
-Columns: the question's own ranking, with the links it lifts (any@1: an evidence session first; all@5, all@10:
-every evidence session in the top 5, 10); the policy's evidence recall, share of sessions opened and sessions opened per question; recall on
-the multi-session and temporal-reasoning questions; the median time of a search (`Memory.search`, query embedding
+Columns: the question's own ranking, with the sessions lifted into it (links, dates; any@1: an evidence session
+first; all@5, all@10: every evidence session in the top 5, 10); the policy's evidence recall, share of sessions opened
+and sessions opened per question; recall on the multi-session and temporal-reasoning questions; the median time of a search (`Memory.search`, query embedding
 included) and of the rescoring of its hits (in the first row to read these passages of these hits: the
 cross-encoder's logits are cached for the other rows). Abstention questions are skipped (no evidence sessions).
 
@@ -113,11 +114,11 @@ def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, ti
             docs = rerank(query, docs, reranker, passage_words=PASSAGE_WORDS if lever["passages"] else None, depth=lever["depth"])
             timings.rescoring.append((time.perf_counter() - searched) * 1000)
         collect(candidates, query, docs)
-    if lever["links"] and policy.follows_links(case.question):
-        policy.lift(candidates, case.question, linked(memory, list(candidates)))
+    links = linked(memory, list(candidates)) if lever["links"] and policy.follows_links(case.question) else {}
+    date_ranges = [[f"{start}", f"{end}"] for start, end in ranges] if lever["date cover"] else []
+    policy.lift(candidates, case.question, links, date_ranges)
     ranked = policy.ranking(candidates, case.question)
-    state = {"question": case.question, "searched": queries, "candidates": candidates,
-             "date_ranges": [[f"{start}", f"{end}"] for start, end in ranges] if lever["date cover"] else []}
+    state = {"question": case.question, "searched": queries, "candidates": candidates, "date_ranges": date_ranges}
     policy.HEAD = lever["head"]
     opened = set(policy.wanted(state))
     gold = case.gold_sessions
@@ -150,8 +151,8 @@ def main() -> None:
     parser.add_argument("--store", help="keep the ingested memories in this folder and reuse them (default: a temporary one)")
     parser.add_argument("--embeddings", default="local", help="the embedding model of the ingest (default %(default)s)")
     parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
-    parser.add_argument("--head", type=float, nargs="+", default=[], help="other values of policy.HEAD: a row for each, "
-                        "with the links option as by default and flipped")
+    parser.add_argument("--head", type=float, action="append", default=[], help="another value of policy.HEAD (repeat "
+                        "for more): a row for each, with the links option as by default and flipped")
     args = parser.parse_args()
     cases, conversations = [], {}
     for dataset in args.datasets:

@@ -70,6 +70,15 @@ def test_each_date_the_question_names_is_covered_by_a_session_dated_near_it():
     # A range an opened session is dated in is covered already; a range no candidate is near adds nothing.
     assert policy.wanted({**state, "date_ranges": [["2024-02-26", "2024-03-02"], ["2023-06-01", "2023-06-30"]]}) == ["s1"]
     assert policy.wanted({**state, "date_ranges": [["2024-02-10", "2024-02-10"], ["2024-02-17", "2024-02-17"]]}) == ["s1", "s2", "s4"]
+    # The session the cover opens is lifted into the question's ranking too: s4 to 0.8 of the best score, second.
+    lifted = {s: {**c, "hits": dict(c["hits"])} for s, c in candidates.items()}
+    policy.lift(lifted, question, {}, [["2024-02-17", "2024-02-17"], ["2023-06-01", "2023-06-30"]])
+    assert policy.ranking(lifted, question) == ["s1", "s4", "s2", "s3", "s5", "s6"]
+    assert (lifted["s4"]["hits"][question], lifted["s4"]["score"]) == (pytest.approx(1.6), pytest.approx(1.6))
+    assert "via" not in lifted["s4"] and policy.wanted({**state, "candidates": lifted}) == ["s1", "s4"]
+    # A dated session ranking above the lift stays where it is.
+    policy.lift(lifted, question, {}, [["2024-03-01", "2024-03-01"]])
+    assert lifted["s1"]["hits"][question] == 2.0
 
 
 def test_a_session_that_stands_alone_is_opened_alone():

@@ -225,7 +225,7 @@ def test_bench_retrieval_on_longmemeval_scores_turns_and_dates(tmp_path):
 
 def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory, history, monkeypatch):
     """normalize_dates puts the resolved dates in the state for the models and the disclosure policy; the search
-    node does not prefer them (see `nodes.search`)."""
+    node does not prefer them in its search (see `nodes.search`), but lifts the best session dated near each."""
     from types import SimpleNamespace
 
     from apdmem.graph import Context, Settings
@@ -247,6 +247,17 @@ def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory,
     assert calls == [{"k": 3}]
     assert "s-guitar" in out["candidates"]  # the hobby found by meaning
     assert "s-guitar" in policy.wanted({**state, **out})  # and dated that evening: opened either way
+    # Ten days before 2024-05-15 the user told of the trip to Japan, which the question's words rank fifth of seven:
+    # the search lifts it second (`policy.lift`), without the date it stays fifth.
+    runtime.context.top_k = 7
+    later = {**state, "question_date": "2024-05-15T10:00"}
+    later |= normalize_dates(later, runtime, settings=Settings())
+    assert later["date_ranges"] == [["2024-05-05", "2024-05-05"]]
+    places = []
+    for ranges in ([], later["date_ranges"]):
+        out = search({**later, "date_ranges": ranges, "queries": [later["question"]]}, runtime, settings=Settings(), memory=memory)
+        places.append(policy.ranking(out["candidates"], later["question"]).index("s-japan"))
+    assert places == [4, 1]
 
 
 # ------------------------------------------------------------------------------------------------ reranking

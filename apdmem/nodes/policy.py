@@ -14,6 +14,7 @@ It decides whenever the controller's model does not: the first drill after a sea
   `LIFTED_FROM` sessions (`apdmem.memory.links`: shared rare terms, close units), at most `LINKS_LIFTED`, rise to
   `LIFT` of the score of the session they are linked from (`lift`, in the `search` node), so the head opens them
   like any other (one lifted by a session the head opens is opened with it); each read names its link (``via``).
+  The session the date cover opens for each of the question's dates is lifted too, to `LIFT` of the best score.
 - **Deepen** an opened session when what was disclosed of it lacks words of the queries that its matched
   turns contain: the upper layer dropped what made the session match, so its matched turns are read at the
   next layer down (L3, the exact messages: no model call).
@@ -34,8 +35,8 @@ from apdmem.memory.retriever import DATE_SLACK_DAYS, as_date
 
 # A session stands out when its score is at least this share of the way from the background (the median score
 # below the first BACKGROUND_FROM places) to the best. On reranked scores, 20 sessions per search, links lifted,
-# the 144 answerable dev questions (benchmarks/ablation.py, bge-small) gave: 0.25 opened 6.8% of the sessions for 0.990
-# of the evidence sessions, 0.3 6.2% for 0.985.
+# the 144 answerable dev questions (benchmarks/ablation.py, bge-small) gave: 0.25 opened 6.7% of the sessions for 0.986
+# of the evidence sessions, 0.3 6.2% for 0.983.
 HEAD = 0.25
 BACKGROUND_FROM = 3
 
@@ -48,9 +49,10 @@ FOLLOW_CUES = re.compile(r"\b(how many|how much|in total|total|altogether|combin
 # Sessions a question's links may lift into its ranking, from its first LIFTED_FROM sessions, each to LIFT of the
 # score of the session it is linked from (a share of its distance above zero, for scores below it). LongMemEval's
 # multi-session questions need two or three sessions, and the first one or two found are the surest to link from.
-# On the 144 answerable dev questions (benchmarks/ablation.py) this opened 6.8% of the sessions for 0.990 of the
-# evidence (all@5 0.951), where following the two strongest links of every session the head opened took 7.7% for
-# 0.991 (all@5 0.931, links add nothing to the ranking).
+# On the 144 answerable dev questions (benchmarks/ablation.py) this opened 6.7% of the sessions for 0.986 of the
+# evidence (all@5 0.951; without links 6.4% for 0.980, all@5 0.938). Following the two strongest links of every
+# session the head opened instead took 7.7% for 0.991 (all@5 0.931: links added nothing to the ranking; measured on
+# the vectors of batched embeddings, see `models.local.BGE_SMALL`).
 LIFTED_FROM = 2
 LINKS_LIFTED = 2
 LIFT = 0.8
@@ -129,14 +131,17 @@ def dated_near(candidate: dict, start: str, end: str) -> bool:
     return as_date(start) - slack <= day <= as_date(end) + slack
 
 
-def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]]) -> None:
+def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]], date_ranges=()) -> None:
     """Lift into the question's ranking, in place, the sessions most strongly linked to its first `LIFTED_FROM`
-    sessions, at most `LINKS_LIFTED`: each to `LIFT` of the score of the session it is linked from, unless it
-    ranks higher already. A lifted session records the link under ``via`` (``from``, ``strength``, ``terms``).
-    `links` maps sessions to their links (`search.linked`: ``session_id``, ``date``, ``strength``, ``terms``); a
-    linked session the searches did not find becomes a candidate without a matched unit."""
-    offered = sorted(((link["strength"], sid, link) for sid in ranking(candidates, question)[:LIFTED_FROM]
-                      for link in links.get(sid, [])), key=lambda t: (-t[0], t[1], t[2]["session_id"]))
+    sessions, at most `LINKS_LIFTED`, each to `LIFT` of the score of the session it is linked from, and its
+    best-ranked session dated near each of `date_ranges` (the one the date cover opens: `wanted`) to `LIFT` of the
+    best score; a session ranking higher already keeps its score. A session lifted by a link records it under
+    ``via`` (``from``, ``strength``, ``terms``). `links` maps sessions to their links (`search.linked`:
+    ``session_id``, ``date``, ``strength``, ``terms``); a linked session the searches did not find becomes a
+    candidate without a matched unit."""
+    ranked = ranking(candidates, question)
+    offered = sorted(((link["strength"], sid, link) for sid in ranked[:LIFTED_FROM] for link in links.get(sid, [])),
+                     key=lambda t: (-t[0], t[1], t[2]["session_id"]))
     lifted: list[str] = []
     for strength, sid, link in offered:
         other = link["session_id"]
@@ -145,12 +150,25 @@ def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]
         if other in lifted:
             continue
         lifted.append(other)
-        score = candidates[sid]["hits"][question]
-        score -= (1 - LIFT) * abs(score)
-        slot = candidates.setdefault(other, {"date": link["date"], "summary": "", "score": score, "spans": [], "hits": {}})
-        if score > slot["hits"].get(question, float("-inf")):
-            slot["hits"][question], slot["score"] = score, max(slot["score"], score)
+        slot = candidates.setdefault(other, {"date": link["date"], "summary": "", "score": float("-inf"), "spans": [],
+                                             "hits": {}})
+        if raise_to(slot, question, candidates[sid]["hits"][question]):
             slot["via"] = {"from": sid, "strength": strength, "terms": link["terms"]}
+    ranked = ranking(candidates, question)  # with the linked sessions: the ranking the date cover reads
+    for start, end in date_ranges if ranked else ():
+        dated = next((sid for sid in ranked if dated_near(candidates[sid], start, end)), None)
+        if dated:
+            raise_to(candidates[dated], question, candidates[ranked[0]]["hits"][question])
+
+
+def raise_to(candidate: dict, question: str, score: float) -> bool:
+    """Raise a candidate's score for the question to `LIFT` of `score` (a share of its distance above zero, for a
+    negative score) unless it is higher already; whether it rose."""
+    score -= (1 - LIFT) * abs(score)
+    if score <= candidate["hits"].get(question, float("-inf")):
+        return False
+    candidate["hits"][question], candidate["score"] = score, max(candidate["score"], score)
+    return True
 
 
 def uncovered(state, session_id: str) -> bool:

@@ -13,17 +13,18 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     how those scores fall off). Each query on its own, so that what every sub-query found stays visible (the
     disclosure policy covers each one); `collect` merges the hits into the candidate sessions. With the
     `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the sessions most
-    strongly linked to the question's first ones are lifted into its ranking (`policy.lift`). `settings` and
-    `memory` are what the graph was built with (`build_graph`)."""
+    strongly linked to the question's first ones are lifted into its ranking, and so is its best-ranked session
+    dated near each of its dates (`policy.lift`). `settings` and `memory` are what the graph was built with
+    (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
     queries = list(dict.fromkeys(q for q in state.get("queries", []) if q not in searched))
     candidates = {sid: {**c, "spans": list(c["spans"]), "hits": dict(c["hits"])} for sid, c in state.get("candidates", {}).items()}
     memory, found = open_memory(runtime, settings, memory), []
     reranker = settings.reranker()
-    # The question's dates are no search preference (they reach the models as `date_hints`, and the disclosure
-    # policy opens a session dated near each: `policy.wanted`): on the 151 dev questions preferring the sessions
-    # dated in them lowered the policy's evidence recall (0.990 -> 0.978, temporal questions 0.967 -> 0.921; README
+    # The question's dates are no search preference (they reach the models as `date_hints`, and one session dated
+    # near each is lifted and opened: `policy.lift`, `policy.wanted`): on the 151 dev questions preferring the sessions
+    # dated in them lowered the policy's evidence recall (0.986 -> 0.974, temporal questions 0.961 -> 0.914; README
     # "The controller"). A date in a question says when something happened, and the evidence is often told in other
     # sessions: a preferred day crowds them out of the head.
     for query in queries:
@@ -33,8 +34,9 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     annotate(step=step, queries=queries, session_ids=sessions)
     emit(runtime, event="search", step=step, queries=queries, sessions=sessions)
     question = state.get("question", "")
-    if question in queries and ctx.follow_links and policy.follows_links(question):
-        policy.lift(candidates, question, linked(memory, list(candidates)))
+    if question in queries:
+        links = linked(memory, list(candidates)) if ctx.follow_links and policy.follows_links(question) else {}
+        policy.lift(candidates, question, links, state.get("date_ranges", []))
     return {"candidates": candidates, "searched": queries, "step": step}
 
 
