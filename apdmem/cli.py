@@ -160,6 +160,20 @@ def _context(args, memory):
 QUERY_SHOWN = 100  # characters of a query the progress lines show (a question may be pages long)
 
 
+def lifted_by(via: dict | None) -> str:
+    """What lifted a session into the question's ranking (`policy.lift`), as the trace shows it; "" for nothing.
+
+    >>> lifted_by({"date_range": ["2024-05-05", "2024-05-05"]})
+    ' (dated near 2024-05-05, a date the question names)'
+    """
+    if not via:
+        return ""
+    if "date_range" in via:
+        start, end = via["date_range"]
+        return f" (dated near {start if start == end else f'{start} to {end}'}, a date the question names)"
+    return f" (linked from {via['from']}, strength {via['strength']:.3f}, shared: {', '.join(via['terms'])})"
+
+
 def ask(question: str, question_date: str | None, graph, context) -> dict:
     """Run the controller graph, printing each disclosure as it happens; returns the final state."""
     final: dict = {}
@@ -172,10 +186,8 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
             print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)
         elif chunk["event"] == "drill":
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
-            via = chunk.get("via")
-            link = (f" (linked from {via['from']}, strength {via['strength']:.3f}, shared: {', '.join(via['terms'])})"
-                    if via else "")
-            print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{link}", flush=True)
+            why = lifted_by(chunk.get("via"))
+            print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{why}", flush=True)
     return final
 
 

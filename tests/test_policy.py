@@ -75,7 +75,8 @@ def test_each_date_the_question_names_is_covered_by_a_session_dated_near_it():
     policy.lift(lifted, question, {}, [["2024-02-17", "2024-02-17"], ["2023-06-01", "2023-06-30"]])
     assert policy.ranking(lifted, question) == ["s1", "s4", "s2", "s3", "s5", "s6"]
     assert (lifted["s4"]["hits"][question], lifted["s4"]["score"]) == (pytest.approx(1.6), pytest.approx(1.6))
-    assert "via" not in lifted["s4"] and policy.wanted({**state, "candidates": lifted}) == ["s1", "s4"]
+    assert lifted["s4"]["via"] == {"date_range": ["2024-02-17", "2024-02-17"]}
+    assert policy.wanted({**state, "candidates": lifted}) == ["s1", "s4"]
     # A dated session ranking above the lift stays where it is.
     policy.lift(lifted, question, {}, [["2024-03-01", "2024-03-01"]])
     assert lifted["s1"]["hits"][question] == 2.0

@@ -223,12 +223,13 @@ def test_bench_retrieval_on_longmemeval_scores_turns_and_dates(tmp_path):
 # ------------------------------------------------------------------------------------------------ the graph
 
 
-def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory, history, monkeypatch):
+def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory, history, monkeypatch, capsys):
     """normalize_dates puts the resolved dates in the state for the models and the disclosure policy; the search
     node does not prefer them in its search (see `nodes.search`), but lifts the best session dated near each."""
     from types import SimpleNamespace
 
-    from apdmem.graph import Context, Settings
+    from apdmem.cli import ask
+    from apdmem.graph import Context, Settings, build_graph
     from apdmem.nodes import policy
     from apdmem.nodes.dates import normalize_dates
     from apdmem.nodes.search import search
@@ -258,6 +259,11 @@ def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory,
         out = search({**later, "date_ranges": ranges, "queries": [later["question"]]}, runtime, settings=Settings(), memory=memory)
         places.append(policy.ranking(out["candidates"], later["question"]).index("s-japan"))
     assert places == [4, 1]
+    # The trace `apdmem ask` prints says why it was opened.
+    capsys.readouterr()
+    ask(later["question"], later["question_date"], build_graph(settings=Settings(), memory=memory),
+        Context(user_id="alice", top_k=7, reflection=False))
+    assert "read L1 of s-japan (dated near 2024-05-05, a date the question names)" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------------ reranking

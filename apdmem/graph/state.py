@@ -78,7 +78,8 @@ class State(InputState, OutputState, total=False):
     date_ranges: list[list[str]]  # [start, end] as YYYY-MM-DD, one per date hint: the disclosure policy covers each
     queries: list[str]
     searched: Annotated[list[str], operator.add]
-    # session id -> {date, summary, score, spans, hits: {query: score}}, and `via`: the link that lifted it (`policy.lift`)
+    # session id -> {date, summary, score, spans, hits: {query: score}}, and `via`: the link or date that lifted it
+    # (`policy.lift`)
     candidates: dict[str, dict]
     evidence: Annotated[list[Evidence], operator.add]
     opened: Annotated[dict[str, str], deepest]

@@ -53,7 +53,7 @@ def drill(state, runtime, *, settings, memory=None) -> dict:
             continue
         step += 1
         reads.append(Drill(step=step, session_id=sid, layer=layer, turns=None if layer == "L1" else relevant_turns(candidates.get(sid))))
-        # A session opened by following a cross-session link says which (`policy.followed`): the trace shows it.
+        # A session that a link or one of the question's dates lifted says which (`policy.lift`): the trace shows it.
         emit(runtime, event="drill", step=step, session_id=sid, layer=layer, turns=reads[-1]["turns"],
              **({"via": target["via"]} if target.get("via") else {}))
     spent = [Usage() for _ in reads]

@@ -14,7 +14,8 @@ It decides whenever the controller's model does not: the first drill after a sea
   `LIFTED_FROM` sessions (`apdmem.memory.links`: shared rare terms, close units), at most `LINKS_LIFTED`, rise to
   `LIFT` of the score of the session they are linked from (`lift`, in the `search` node), so the head opens them
   like any other (one lifted by a session the head opens is opened with it); each read names its link (``via``).
-  The session the date cover opens for each of the question's dates is lifted too, to `LIFT` of the best score.
+  The session the date cover opens for each of the question's dates is lifted too, to `LIFT` of the best score,
+  and its read names the date.
 - **Deepen** an opened session when what was disclosed of it lacks words of the queries that its matched
   turns contain: the upper layer dropped what made the session match, so its matched turns are read at the
   next layer down (L3, the exact messages: no model call).
@@ -135,8 +136,8 @@ def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]
     """Lift into the question's ranking, in place, the sessions most strongly linked to its first `LIFTED_FROM`
     sessions, at most `LINKS_LIFTED`, each to `LIFT` of the score of the session it is linked from, and its
     best-ranked session dated near each of `date_ranges` (the one the date cover opens: `wanted`) to `LIFT` of the
-    best score; a session ranking higher already keeps its score. A session lifted by a link records it under
-    ``via`` (``from``, ``strength``, ``terms``). `links` maps sessions to their links (`search.linked`:
+    best score; a session ranking higher already keeps its score. A lifted session records why under ``via``: its
+    link (``from``, ``strength``, ``terms``) or the date range (``date_range``: [start, end]). `links` maps sessions to their links (`search.linked`:
     ``session_id``, ``date``, ``strength``, ``terms``); a linked session the searches did not find becomes a
     candidate without a matched unit."""
     ranked = ranking(candidates, question)
@@ -157,8 +158,8 @@ def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]
     ranked = ranking(candidates, question)  # with the linked sessions: the ranking the date cover reads
     for start, end in date_ranges if ranked else ():
         dated = next((sid for sid in ranked if dated_near(candidates[sid], start, end)), None)
-        if dated:
-            raise_to(candidates[dated], question, candidates[ranked[0]]["hits"][question])
+        if dated and raise_to(candidates[dated], question, candidates[ranked[0]]["hits"][question]):
+            candidates[dated]["via"] = {"date_range": [start, end]}
 
 
 def raise_to(candidate: dict, question: str, score: float) -> bool:
@@ -184,8 +185,8 @@ def uncovered(state, session_id: str) -> bool:
 
 
 def plan(state, ctx) -> list[dict]:
-    """The next round's reads, at most `drill_width`: sessions to open (one a link lifted says which, under
-    ``via``), then sessions to read deeper. Empty when the policy has nothing left to do."""
+    """The next round's reads, at most `drill_width`: sessions to open (one that was lifted says why, under
+    ``via``: see `lift`), then sessions to read deeper. Empty when the policy has nothing left to do."""
     opened, candidates = state.get("opened", {}), state.get("candidates", {})
     reads = [{"session_id": sid, "layer": "L1", **({"via": candidates[sid]["via"]} if "via" in candidates[sid] else {})}
              for sid in wanted(state) if sid not in opened]
