@@ -41,9 +41,9 @@ class Context:
                          "off; its threshold was set with 20).")
     drill_width: int = _option(3, "Most session reads in one round of drilling (they run concurrently).")
     max_queries: int = _option(4, "Most sub-queries a question is decomposed into.")
-    follow_links: bool = _option(True, "For questions that gather several sessions (how many, in total, the latest ...), also "
-                                 "open the sessions most strongly linked to the best ones found (shared rare terms, close "
-                                 "units), within the step budget.")
+    follow_links: bool = _option(True, "For questions that gather several sessions (how many, in total, the latest ...), lift "
+                                 "into the question's ranking the sessions most strongly linked to the best ones found "
+                                 "(shared rare terms, close units), so that they are opened with them, within the step budget.")
     # Ablations (the paper's Table 4); all on by default.
     controller: bool = _option(True, "Agent control; off = one search, L1 of the sessions that stand out in it, then notes and answer.")
     layers: str = _option("L1,L2,L3", "Layers the controller may open, comma-separated.")
