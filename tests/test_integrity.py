@@ -824,3 +824,21 @@ def test_migrate_copies_valid_users_and_verifies_each_against_its_source(tmp_pat
     assert files(source) == before
     assert not (target / "users" / "alice" / "index" / "dense.faiss").exists()
     assert Memory("alice", store=str(target), l0_mode="raw").session_ids() == list(HISTORY)
+
+
+def test_migrate_copies_a_memory_without_a_link_table_and_the_copy_rebuilds_it(tmp_path, capsys, embeddings):
+    """The link table is derived data: a memory written before links existed (or whose table was lost) has none.
+    Migrate copies the rest, and the copy builds its table when it is first opened."""
+    source, target = tmp_path / "source", tmp_path / "target"
+    memory = Memory("alice", store=str(source), l0_mode="raw")
+    memory.ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
+    expected = memory.links()
+    (table,) = (source / "users" / "alice" / "index").glob("*/links.json")
+    table.unlink()
+    before = files(source)
+    code, out, err = cli(capsys, "migrate", "--from", str(source), "--to", str(target), "--quiet")
+    assert code == 0 and out.count("verified") == 1, err
+    assert files(source) == before
+    copy = Memory("alice", store=str(target), l0_mode="raw")
+    assert copy.session_ids() == list(HISTORY) and copy.links() == expected
+    assert list((target / "users" / "alice" / "index").glob("*/links.json"))

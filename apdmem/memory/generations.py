@@ -136,11 +136,13 @@ class Generations:
             if generation.number >= self.current.number or generation.raw is None:
                 self.current = generation
 
-    def read(self, raw: bytes | None) -> Generation:
-        """The generation `raw` names, read without the lock; raises Damaged when it needs a repair."""
+    def read(self, raw: bytes | None, *, need_links: bool = True) -> Generation:
+        """The generation `raw` names, read without the lock; raises Damaged when it needs a repair. With
+        ``need_links=False`` a missing or unusable link table is no damage: the generation comes without one (its
+        ``links`` None), as a copy that rebuilds it needs it."""
         for _ in range(READ_ATTEMPTS):
             try:
-                return self._generation(raw)
+                return self._generation(raw, need_links)
             except Stale:
                 raw = self.store.get("manifest.json")
         raise Damaged("index files keep vanishing")
@@ -175,7 +177,7 @@ class Generations:
         """Whether the manifest records this object's space (the names of older memories read by today's)."""
         return recorded_space(manifest.get("embeddings")) == self.space
 
-    def _generation(self, raw: bytes | None) -> Generation:
+    def _generation(self, raw: bytes | None, need_links: bool = True) -> Generation:
         manifest = self.parse_manifest(raw)
         folders = {k.split("/")[1] for k in self.store.keys("sessions/")}
         if strays := self._unlisted_sessions(manifest, folders):
@@ -203,7 +205,7 @@ class Generations:
         if not _indexes_listing(index, manifest):
             raise Damaged(f"index of generation {number} does not match the listing")
         links = self._saved_links(number, manifest)
-        if links is None:
+        if links is None and need_links:
             if self.store.get("manifest.json") != raw:
                 raise Stale()
             raise Damaged(f"link table of generation {number} is missing, damaged or built at another threshold")

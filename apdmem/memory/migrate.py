@@ -1,14 +1,15 @@
 """Copy memories from one store to another (e.g. a directory into PostgreSQL) and check the copy.
 
-The source is read, never written, and trusted in nothing: each of its users must be a folder named after the
-user id its manifest holds, with a readable manifest and a current generation (index and listed sessions) that
-reads back whole. Every user is checked before anything is copied, so a hostile or damaged source fails in one
-line and leaves the target unchanged. A user is then copied through the target's own per-user interface (the
-namespace comes from the validated user id, never from a name read in the source): the layer files of its
-listed sessions, the index of its generation, and the manifest last, under the target's writer lock (in
-PostgreSQL, one transaction); a user already in the target is replaced. The check reads the copy back and
-compares it with what was read from the source: the same bytes for every key, and the same search results,
-unit for unit and score for score, for a query drawn from each of up to `PROBES` sessions.
+The source is read, never written, and trusted in nothing: each of its users must be a folder named after the user
+id its manifest holds, with a readable manifest and a current generation (index and listed sessions) that reads
+back whole. Every user is checked before anything is copied, so a hostile or damaged source fails in one line and
+leaves the target unchanged. A user is then copied through the target's own per-user interface (the namespace comes
+from the validated user id, never from a name read in the source): the layer files of its listed sessions, the
+index of its generation (with its link table, when it has a usable one: the copy builds a missing or outdated
+table, derived from the index, when it is first opened), and the manifest last, under the target's writer lock (in
+PostgreSQL, one transaction); a user already in the target is replaced. The check reads the copy back and compares
+it with what was read from the source: the same bytes for every key, and the same search results, unit for unit and
+score for score, for a query drawn from each of up to `PROBES` sessions.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _read_user(source, name: str) -> _Read:
         try:
             space = _claimed(raw, "embeddings")
             generations = Generations(store, space=space, lexical="auto", dimension=None, embed=None, window=4, stride=2)
-            generation = generations.read(raw)
+            generation = generations.read(raw, need_links=False)  # derived: a copy without one rebuilds it
             if any(generations.stored_session(session_key(s)) is None for s in generation.manifest["sessions"]):
                 raise Damaged("a listed session is unreadable")
         except (Damaged, ApdmemError, TypeError, ValueError, RecursionError) as exc:
@@ -114,7 +115,8 @@ def _read_user(source, name: str) -> _Read:
         keys = [k for sid in generation.manifest["sessions"] for k in store.keys(f"sessions/{session_key(sid)}/")
                 if len(k.split("/")) == 3 and SESSION_FILES.match(k.split("/")[2])]  # a layer file, nothing else
         if generation.raw is not None and generation.manifest["sessions"]:
-            keys += [f"index/{generation.number}/{name}" for name in ("units.json", "vectors.f32", "links.json")]
+            keys += [f"index/{generation.number}/{name}" for name in ("units.json", "vectors.f32")]
+            keys += [f"index/{generation.number}/links.json"] if generation.links is not None else []
         values = dict(zip(keys, store.get_many(keys)))
         if store.get("manifest.json") == raw and all(v is not None for v in values.values()):
             values["manifest.json"] = raw
