@@ -44,6 +44,7 @@ from unittest import mock
 from langchain_core.documents import Document
 from tqdm.auto import tqdm
 
+from apdmem.errors import ApdmemError
 from apdmem.eval.metrics import mean, recall_all, recall_any
 from apdmem.eval.retrieval import Case, load_cases
 from apdmem.graph.context import Context
@@ -156,7 +157,10 @@ def main() -> None:
     args = parser.parse_args()
     cases, conversations = [], {}
     for dataset in args.datasets:
-        _, found, more = load_cases(dataset)
+        try:
+            _, found, more = load_cases(dataset)
+        except ApdmemError as exc:
+            parser.error(str(exc))
         conversations.update(found)
         cases += more
     links_row = next(name for name, change in ROWS.items() if "links" in change)
