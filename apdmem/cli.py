@@ -93,7 +93,7 @@ def show_links(memory, session_id: str | None) -> None:
     for link in links:
         print(f"{link.session_id} ({dates.get(link.session_id, '?')}) -- {link.other} ({dates.get(link.other, '?')})  "
               f"strength {link.strength:.3f}: units' best cosine {link.similarity:.3f}, term overlap {link.overlap:.3f}; "
-              f"shared: {', '.join(link.terms) or '(no rare term)'}")
+              f"shared: {', '.join(memory.spelled(link.terms, [link.session_id, link.other])) or '(no rare term)'}")
     if not links:
         print(f"no links{' of session ' + session_id if session_id else ''} (sessions are linked when they share rare "
               "terms and close units)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 import faiss
 import numpy as np
@@ -41,6 +42,19 @@ _stemmer = PorterStemmer()
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stemmed word tokens without stopwords."""
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def spellings(texts: Iterable[str]) -> dict[str, str]:
+    """For each token of `texts` (a stem), the word it stands for most often there (ties: the word seen first).
+
+    >>> spellings(["I packed jewelry.", "More jewelry, and my sunglasses."])["jewelri"]
+    'jewelry'
+    """
+    counts = Counter(w for text in texts for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    words: dict[str, str] = {}
+    for word, _ in counts.most_common():
+        words.setdefault(_stem(word), word.split("'")[0])
+    return words
 
 
 _stem_cache: dict[str, str] = {}

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from apdmem.errors import ConfigError, UnknownSessionError
 from apdmem.memory import layers
-from apdmem.memory.index import UnitIndex
+from apdmem.memory.index import UnitIndex, spellings
 from apdmem.memory.links import Link
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
@@ -423,6 +423,18 @@ class Memory:
             links = [link if (sessions[link.session_id]["date"], link.session_id) <= (sessions[link.other]["date"], link.other)
                      else link.reversed() for link in links]
         return links
+
+    def spelled(self, terms: Iterable[str], session_ids: Iterable[str]) -> list[str]:
+        """Index terms (stems, e.g. the terms a link shares: "jewelri", "3 shirt") as the words they stand for most
+        often in these sessions' L0 units ("jewelry", "3 shirts"); a stem none of them spells stays as it is."""
+        texts = []
+        for sid in session_ids:
+            try:
+                texts += [u.summary for u in self.units(sid)]
+            except UnknownSessionError:  # forgotten meanwhile: the stems stay
+                continue
+        words = spellings(texts)
+        return [" ".join(words.get(part, part) for part in term.split()) for term in terms]
 
     def units(self, session_id: str) -> list[Unit]:
         """L0 units of a session."""

@@ -37,6 +37,10 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     if question in queries:
         links = linked(memory, list(candidates)) if ctx.follow_links and policy.follows_links(question) else {}
         policy.lift(candidates, question, links, state.get("date_ranges", []))
+        for sid, candidate in candidates.items():  # the links just lifted: their terms as the trace shows them
+            if "from" in candidate.get("via", {}):
+                via = candidate["via"] = {**candidate["via"]}
+                via["terms"] = memory.spelled(via["terms"], [via["from"], sid])
     return {"candidates": candidates, "searched": queries, "step": step}
 
 
