@@ -104,7 +104,7 @@ def test_a_worker_reloads_a_users_index_only_when_its_generation_changes(postgre
     Memory("alice", store=postgres_url, l0_mode="raw").ingest(history_sessions)  # another writer (process or worker)
     loads = []
     generation = Generations._generation
-    monkeypatch.setattr(Generations, "_generation", lambda self, raw: (self is shared.generations and loads.append(1)) or generation(self, raw))
+    monkeypatch.setattr(Generations, "_generation", lambda self, *args: (self is shared.generations and loads.append(1)) or generation(self, *args))
     assert shared.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
     for question in QUESTIONS:
         shared.search(question, k=3)
