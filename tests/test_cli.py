@@ -184,18 +184,19 @@ def test_bench_retrieval_takes_no_store_and_says_where_its_report_went(tmp_path,
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `apdmem ...` command of the README's shell blocks (continuation lines joined, comments cut)."""
-    import re
+    """Every `apdmem ...` command of the shell blocks of the README and docs/ (continuation lines joined, comments
+    cut)."""
     import shlex
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    from test_docs import DOC_PAGES, fenced_blocks
+
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words[:1] == ["apdmem"]:
-                commands.append(words[1:])
+    for page in DOC_PAGES:
+        for language, _, block in fenced_blocks(page):
+            for line in block.replace("\\\n", " ").splitlines() if language == "bash" else []:
+                words = shlex.split(line, comments=True)
+                if words[:1] == ["apdmem"]:
+                    commands.append(words[1:])
     return commands
 
 
