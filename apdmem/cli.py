@@ -11,7 +11,7 @@ from dataclasses import fields
 
 from apdmem.errors import ApdmemError, ConfigError
 from apdmem.memory.records import readable
-from apdmem.memory.retriever import SEARCH_K
+from apdmem.memory.retriever import DATE_RANGE_TEXT, SEARCH_K, parse_date_range
 
 
 def _resolve(args) -> None:
@@ -62,7 +62,8 @@ def cmd_ingest(args) -> None:
 
 def cmd_search(args) -> None:
     memory = _memory(args)
-    docs = memory.search(args.query, k=args.k, min_score=args.min_score)
+    dates = parse_date_range(args.date_range) if args.date_range is not None else None
+    docs = memory.search(args.query, k=args.k, min_score=args.min_score, date_range=dates)
     if not docs and args.min_score is not None:
         best = memory.search(args.query, k=1)
         if best:  # say why nothing is shown: the cut-off, not an empty memory
@@ -100,8 +101,24 @@ def show_links(memory, session_id: str | None) -> None:
 
 
 def cmd_forget(args) -> None:
-    _memory(args).forget(args.session)
-    print(f"forgot session {args.session}")
+    """Forget the sessions named and, with --before, every session dated before that date: all or none."""
+    from apdmem.memory.loaders import parse_date
+
+    if not args.sessions and args.before is None:
+        raise ConfigError("forget needs session ids, or --before DATE for the sessions dated before it")
+    memory, wanted = _memory(args), list(args.sessions)
+    if args.before is not None:
+        try:
+            before = parse_date(args.before)
+        except ValueError as exc:
+            raise ConfigError(f"--before: {exc}") from None
+        wanted += [sid for sid in memory.session_ids() if parse_date(memory.manifest["sessions"][sid]["date"]) < before]
+    if not wanted:
+        print(f"no session is dated before {args.before}: nothing forgotten")
+        return
+    wanted = list(dict.fromkeys(wanted))
+    memory.forget(*wanted)
+    print(f"forgot session {wanted[0]}" if len(wanted) == 1 else f"forgot {len(wanted)} sessions: {', '.join(wanted)}")
 
 
 def cmd_sessions(args) -> None:
@@ -181,6 +198,8 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
     for mode, chunk in graph.stream(inputs, context=context, stream_mode=["custom", "values"]):
         if mode == "values":
             final = chunk
+        elif chunk["event"] == "dates":
+            print(f"  [dates] the question's dates, from {chunk['today']}: {'; '.join(chunk['dates'])}", flush=True)
         elif chunk["event"] == "search":
             queries = [q if len(q) <= QUERY_SHOWN else q[: QUERY_SHOWN - 3] + "..." for q in chunk["queries"]]
             print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)
@@ -362,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=positive, default=SEARCH_K, help=f"how many sessions (default {SEARCH_K})")
     p.add_argument("--min-score", type=float, default=None,
                    help="leave out sessions scoring below this (the score printed; default: none, the k best are shown)")
+    p.add_argument("--date-range", default=None, metavar="START..END",
+                   help=f"rank the sessions dated in this range first, none dropped ({DATE_RANGE_TEXT})")
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown; or the cross-session links")
     p.add_argument("session", nargs="?")
@@ -371,8 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "their dates, the strength and why (units' best cosine, term overlap, the shared rare terms)")
     p.add_argument("--session", dest="link_session", default=None, help="with --links: only this session's links")
     p.set_defaults(func=cmd_show)
-    p = sub.add_parser("forget", parents=[common, user], help="remove a session from every layer and index")
-    p.add_argument("session")
+    p = sub.add_parser("forget", parents=[common, user],
+                       help="remove sessions from every layer and index (all of them, or none if one is unknown)")
+    p.add_argument("sessions", nargs="*", metavar="SESSION", help="ids of the sessions to forget")
+    p.add_argument("--before", metavar="DATE", default=None,
+                   help="also forget every session dated before DATE (e.g. 2024-01-01 or 2024-01-01T12:00)")
     p.set_defaults(func=cmd_forget)
     p = sub.add_parser("sessions", parents=[common, user], help="list a user's sessions")
     p.set_defaults(func=cmd_sessions)

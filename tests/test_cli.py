@@ -79,6 +79,41 @@ def test_ingest_search_show_sessions_forget(apdmem, history_file):
     assert code == 2 and "no session 's-dog'" in err
 
 
+def test_forget_several_sessions_or_those_dated_before_a_date_all_or_none(apdmem, history_file):
+    assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
+    code, out, err = apdmem("forget", "s-dog", "s-nope", "s-bread")
+    assert (code, out, err) == (2, "", "apdmem: error: no session 's-nope' in this user's memory\n")
+    assert listed(apdmem("sessions")[1]) == list(HISTORY)  # none of them forgotten
+    assert apdmem("forget", "s-dog", "s-bread") == (0, "forgot 2 sessions: s-dog, s-bread\n", "")
+    # s-guitar (2024-04-20T20:45) is not before 2024-04-20 (its midnight); s-knee is named as well.
+    assert apdmem("forget", "s-knee", "--before", "2024-04-20") == (0, "forgot 3 sessions: s-knee, s-hiking, s-job\n", "")
+    assert listed(apdmem("sessions")[1]) == ["s-guitar", "s-japan"]
+    assert apdmem("forget", "--before", "2024-01-01") == (0, "no session is dated before 2024-01-01: nothing forgotten\n", "")
+    code, out, err = apdmem("forget", "--before", "last week")
+    assert (code, out) == (2, "") and err.startswith("apdmem: error: --before: unrecognized date 'last week': expected ")
+    assert apdmem("forget")[::2] == (2, "apdmem: error: forget needs session ids, or --before DATE for the sessions dated "
+                                        "before it\n")
+    assert listed(apdmem("sessions")[1]) == ["s-guitar", "s-japan"]
+
+
+def test_search_date_range_and_a_bad_one_in_one_line(apdmem, history_file):
+    from apdmem.errors import InputError
+    from apdmem.memory import Memory
+
+    assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
+    assert apdmem("search", "What did I do?", "-k", "1")[1].startswith("1. s-bread ")
+    assert apdmem("search", "What did I do?", "-k", "1", "--date-range", "2024-05-20")[1].startswith("1. s-knee ")
+    for bad in ("May 2024", "2024-05-01..2024-13-01", "2024-05-01 2024-05-31"):
+        assert apdmem("search", "What did I do?", "--date-range", bad) == (
+            2, "", f"apdmem: error: date range: expected START..END as ISO dates, e.g. 2023-05-01..2023-05-31 (one day: "
+                   f"2023-05-01); got {bad!r}\n")
+    memory = Memory("alice", store=str(history_file.parent / "memory"))
+    for bad in ("2024-05", ("2024-05-01",), [("2024-05-01", "soon")], 20240501):
+        with pytest.raises(InputError, match=r"^date_range: expected a \(start, end\) pair of ISO dates, e\.g\. "
+                                             r"\('2023-05-01', '2023-05-31'\), or a list of such pairs; got "):
+            memory.search("What did I do?", date_range=bad)
+
+
 @pytest.mark.parametrize(
     "content, reason",
     [

@@ -20,7 +20,7 @@ from apdmem.errors import InputError, UnknownSessionError
 from apdmem.graph.service import SERVICE_GRAPHS, build_service_graph
 from apdmem.memory.store import memory_store
 from apdmem.tools import make_memory_tools
-from apdmem.tools.capture import MemoryCapture, conversation, make_remember_tool, save_conversation
+from apdmem.tools.capture import MemoryCapture, conversation, make_remember_tool, remember_fact, save_conversation
 
 # The controller with every model decision off: it searches once, reads L3 and answers (scripted model).
 QUICK = {"controller": False, "layers": "L3", "organized_notes": False, "draft_answer": False, "decomposition": False,
@@ -211,7 +211,7 @@ class ScriptedToolModel(GenericFakeChatModel):
         return self
 
 
-def test_an_agent_saves_its_thread_and_a_stated_fact_and_a_later_question_finds_them(make_memory):
+def test_an_agent_saves_its_thread_and_a_stated_fact_once_and_a_later_question_finds_them(make_memory):
     memory = make_memory(chat_model=ScriptedChatModel())
     memory.ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
     fact = "My sister Maya moved to Porto in May and works as a ceramicist."
@@ -229,19 +229,19 @@ def test_an_agent_saves_its_thread_and_a_stated_fact_and_a_later_question_finds_
     agent.invoke({"messages": [HumanMessage("Big news: " + fact)]}, thread)
     tool_reply = next(m for m in agent.get_state(thread).values["messages"] if isinstance(m, ToolMessage))
     assert tool_reply.content.startswith("Saved to memory as session fact-")
-    assert "thread-t1" in memory.session_ids()
+    # Stored once: the captured thread holds the user's statement; the fact's own session was forgotten.
+    assert "thread-t1" in memory.session_ids() and not [s for s in memory.session_ids() if s.startswith("fact-")]
     assert [t.role for t in memory.session("thread-t1").turns] == ["user", "assistant"]  # no tool call, no tool result
     agent.invoke({"messages": [HumanMessage("I also started learning Portuguese on Duolingo.")]}, thread)
     saved = memory.session("thread-t1")
     assert [t.content for t in saved.turns] == ["Big news: " + fact, "Noted: Maya is in Porto now.",
                                                 "I also started learning Portuguese on Duolingo.",
                                                 "Boa sorte with the Portuguese lessons!"]
-    facts = [s for s in memory.session_ids() if s.startswith("fact-")]
-    assert len(facts) == 1 and memory.session(facts[0]).turns[0].content == fact
+    assert sum(fact in t.content for s in memory.session_ids() for t in memory.session(s).turns) == 1
 
     later = agent.invoke({"messages": [HumanMessage("Where does my sister live now?")]}, {"configurable": {"thread_id": "t2"}})
     found = next(m for m in later["messages"] if isinstance(m, ToolMessage)).content
-    assert "Porto" in found and {"thread-t1", facts[0]} & {line.split(" ")[0] for line in found.splitlines()}
+    assert "Porto" in found and "thread-t1" in {line.split(" ")[0] for line in found.splitlines()}
     assert memory.search("Which language am I learning?", k=1)[0].metadata["session_id"] == "thread-t1"
 
 
@@ -260,6 +260,18 @@ def test_capture_every_n_turns_and_at_the_end_of_a_thread(make_memory):
     assert report.updated == ["thread-t9"] and len(memory.session("thread-t9").turns) == 6  # ... or the thread's end
     with pytest.raises(ValueError, match="every must be a positive"):
         MemoryCapture(memory, every=0)
+
+
+def test_a_fact_is_absorbed_only_by_the_conversation_that_recorded_it(make_memory):
+    memory = make_memory()
+    fact = remember_fact(memory, "I am allergic to  peanuts.")
+    save_conversation(memory, [HumanMessage("Hi, I'm back."), AIMessage("Welcome back!")], session_id="thread-a")
+    assert fact in memory.session_ids()  # recorded elsewhere: no conversation saved holds it
+    call = {"name": "remember_fact", "args": {"fact": "I am allergic to peanuts."}, "id": "c1"}
+    save_conversation(memory, [HumanMessage("By the way, I am allergic to peanuts."), AIMessage("", tool_calls=[call]),
+                               ToolMessage(f"Saved to memory as session {fact}.", tool_call_id="c1"), AIMessage("Noted.")],
+                      session_id="thread-b")
+    assert memory.session_ids() == ["thread-a", "thread-b"]
 
 
 def test_conversation_keeps_what_was_said():

@@ -22,7 +22,7 @@ def tools(make_memory, history):
 
 def test_four_tools_with_documented_arguments(tools):
     assert list(tools) == ["search_memory", "read_facts", "read_notes", "read_raw"]
-    assert set(tools["search_memory"].args) == {"query", "k"}
+    assert set(tools["search_memory"].args) == {"query", "k", "date_range"}
     assert set(tools["read_facts"].args) == {"session_id"}
     assert set(tools["read_notes"].args) == set(tools["read_raw"].args) == {"session_id", "turns"}
     assert all(t.description for t in tools.values())
@@ -33,6 +33,16 @@ def test_search_memory_names_the_session(tools):
     lines = text.splitlines()
     assert len(lines) == 3 and lines[0].startswith("s-dog (2024-03-10): ")
     assert "Biscuit" in lines[0]
+
+
+def test_search_memory_prefers_a_date_range_and_names_the_form_of_a_bad_one(tools):
+    assert tools["search_memory"].invoke({"query": "What did I do?", "k": 1}).startswith("s-bread ")
+    assert tools["search_memory"].invoke({"query": "What did I do?", "k": 1, "date_range": "2024-05-01..2024-05-31"}
+                                         ).startswith("s-knee (2024-05-20)")  # of May, it ranked third without
+    for bad in ("last May", "2024-05-01..", "2024-02-30"):
+        assert tools["search_memory"].invoke({"query": "What did I do?", "date_range": bad}) == (
+            f"Not searched: date range: expected START..END as ISO dates, e.g. 2023-05-01..2023-05-31 (one day: "
+            f"2023-05-01); got {bad!r}.")
 
 
 def test_read_raw_returns_turns_verbatim(tools):

@@ -308,17 +308,19 @@ class Generations:
             progress(len(index.units) - before)
         return self.commit(Generation(current.raw, manifest, index))
 
-    def forget(self, current: Generation, session_id: str) -> None:
-        """Remove a listed session: the new generation first (without it, and naming it unfinished; its commit
-        drops the old index, which holds the session's L0 text), then its files, then the mark. A kill in
-        between leaves files that the next writer deletes, never a session listed again."""
+    def forget(self, current: Generation, session_ids: list[str]) -> None:
+        """Remove listed sessions: the new generation first (without them, and naming them unfinished; its commit
+        drops the old index, which holds their L0 text), then their files, then the marks. A kill in between
+        leaves files that the next writer deletes, never a session listed again."""
         generation = self.derive(current)
-        generation.index.remove(session_id)
-        generation.links.remove(session_id)
-        del generation.manifest["sessions"][session_id]
-        generation.manifest.setdefault("unfinished", []).append(session_id)
+        for session_id in session_ids:
+            generation.index.remove(session_id)
+            generation.links.remove(session_id)
+            del generation.manifest["sessions"][session_id]
+            generation.manifest.setdefault("unfinished", []).append(session_id)
         committed = self.commit(generation)
-        self._delete_session(session_id)
+        for session_id in session_ids:
+            self._delete_session(session_id)
         self.sweep(committed)
 
     def _delete_session(self, session_id: str) -> None:

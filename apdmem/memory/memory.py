@@ -28,7 +28,7 @@ from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.generations import Generations, key, listing
-from apdmem.memory.retriever import SEARCH_K, HybridRetriever, rank_sessions
+from apdmem.memory.retriever import SEARCH_K, HybridRetriever, date_ranges, rank_sessions
 from apdmem.memory.retriever import rerank as rescore
 from apdmem.memory.store import UserStore, session_key
 from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded, recorded_space
@@ -319,12 +319,19 @@ class Memory:
             date = known["date"] if known else datetime.now().replace(microsecond=0)
         return self.ingest([session_from_messages(messages, session_id=session_id, date=date)])
 
-    def forget(self, session_id: str) -> None:
-        """Remove a session from every layer and index: no byte of it stays in the store."""
+    def forget(self, *session_ids: str) -> None:
+        """Remove sessions from every layer and index: no byte of them stays in the store. All or nothing: if one
+        of them is not stored, none is removed (`UnknownSessionError` names it); the others go in one commit.
+
+        >>> memory.forget("chat-7", "chat-8")  # doctest: +SKIP
+        """
+        session_ids = list(dict.fromkeys(session_ids))
+        if not session_ids:
+            return
         with self.generations.writer() as current:
-            if session_id not in current.manifest["sessions"]:
-                raise UnknownSessionError(session_id)
-            self.generations.forget(current, session_id)
+            if missing := [s for s in session_ids if s not in current.manifest["sessions"]]:
+                raise UnknownSessionError(missing[0])
+            self.generations.forget(current, session_ids)
 
     # --- reading ----------------------------------------------------------------------------------------
 
@@ -377,6 +384,7 @@ class Memory:
             raise ValueError(f"k must be at least 1, got {k}")
         if rerank and not isinstance(query, str):
             raise ValueError("rerank=True needs one query, not a list")
+        date_ranges(date_range)  # a malformed range fails here, in one line, whatever the memory holds
         queries = [query] if isinstance(query, str) else list(query)
         queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
@@ -524,9 +532,9 @@ class Memory:
         """`remember`, awaitable (in a worker thread)."""
         return await asyncio.to_thread(self.remember, messages, session_id=session_id, date=date)
 
-    async def aforget(self, session_id: str) -> None:
+    async def aforget(self, *session_ids: str) -> None:
         """`forget`, awaitable (in a worker thread)."""
-        await asyncio.to_thread(self.forget, session_id)
+        await asyncio.to_thread(self.forget, *session_ids)
 
     async def asearch(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
         """`search`, awaitable (in a worker thread: the query embedding and scoring take the CPU)."""

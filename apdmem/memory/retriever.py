@@ -24,6 +24,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
+from apdmem.errors import InputError
 from apdmem.memory.index import UnitIndex, tokenize
 
 CANDIDATES = 100  # units taken from each signal before fusion
@@ -100,11 +101,42 @@ def date_closeness(day: date, ranges: Sequence[tuple[date, date]]) -> float:
 
 
 def date_ranges(date_range: DateRange | Sequence[DateRange] | None) -> list[tuple[date, date]]:
-    """A (start, end) pair or a list of them, as dates; an end before its start is swapped."""
-    if not date_range:
+    """A (start, end) pair or a list of them, as dates; an end before its start is swapped. Anything else is an
+    `InputError` naming the expected form.
+
+    >>> date_ranges(("2023-05-31", "2023-05-01"))
+    [(datetime.date(2023, 5, 1), datetime.date(2023, 5, 31))]
+    """
+    if date_range is None or (isinstance(date_range, (list, tuple)) and not date_range):
         return []
-    pairs = [date_range] if len(date_range) == 2 and not isinstance(date_range[0], (list, tuple)) else date_range
-    return [(min(a, b), max(a, b)) for a, b in ((as_date(start), as_date(end)) for start, end in pairs)]
+    try:
+        if isinstance(date_range, (str, bytes)):
+            raise TypeError("a string is not a pair")
+        pairs = [date_range] if len(date_range) == 2 and not isinstance(date_range[0], (list, tuple)) else date_range
+        return [(min(a, b), max(a, b)) for a, b in ((as_date(start), as_date(end)) for start, end in pairs)]
+    except (TypeError, ValueError):
+        raise InputError(f"expected a (start, end) pair of ISO dates, e.g. ('2023-05-01', '2023-05-31'), or a list of "
+                         f"such pairs; got {date_range!r}", source="date_range") from None
+
+
+DATE_RANGE_TEXT = "START..END as ISO dates, e.g. 2023-05-01..2023-05-31 (one day: 2023-05-01)"
+
+
+def parse_date_range(text: str) -> tuple[date, date]:
+    """A date range as the command line and the search tool take it (`DATE_RANGE_TEXT`); an `InputError` naming
+    that form for anything else.
+
+    >>> parse_date_range("2023-05-01..2023-05-31"), parse_date_range("2023-05-01")
+    ((datetime.date(2023, 5, 1), datetime.date(2023, 5, 31)), (datetime.date(2023, 5, 1), datetime.date(2023, 5, 1)))
+    """
+    start, dots, end = text.strip().partition("..")
+    end = end if dots else start
+    try:
+        if not all(re.fullmatch(r"\d{4}-\d\d-\d\d", day) for day in (start, end)):
+            raise ValueError(text)
+        return date_ranges((start, end))[0]
+    except ValueError:  # malformed, or no such day
+        raise InputError(f"expected {DATE_RANGE_TEXT}; got {text!r}", source="date range") from None
 
 
 def as_date(value: date | str) -> date:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from apdmem import prompts
 from apdmem.memory.records import Usage, readable
 from apdmem.models import ask_structured
-from apdmem.nodes.common import annotate, question_today, usage_update
+from apdmem.nodes.common import annotate, emit, question_today, usage_update
 
 WEEKDAYS = [d.lower() for d in calendar.day_name]
 MONTHS = [m.lower() for m in calendar.month_name[1:]]
@@ -223,5 +223,7 @@ def normalize_dates(state, runtime, *, settings) -> dict:
         if unresolved_cues(question, hints):
             hints += resolve_with_model(question, today, settings.controller(), usage)
     annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints])
+    if hints:
+        emit(runtime, event="dates", today=f"{today:%Y-%m-%d}", dates=[h.describe() for h in hints])
     return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

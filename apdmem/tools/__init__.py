@@ -9,20 +9,20 @@ from __future__ import annotations
 from langchain_core.documents import Document
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from apdmem.errors import InvalidIdError, UnknownSessionError
+from apdmem.errors import InputError, InvalidIdError, UnknownSessionError
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import TURN_CHARS
 from apdmem.memory.records import Usage
-from apdmem.memory.retriever import SEARCH_K, rerank
+from apdmem.memory.retriever import SEARCH_K, parse_date_range, rerank
 
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None) -> list[Document]:
-    """Top-k sessions for one or several queries, each with its best L0 summary. With a `reranker` (a
-    cross-encoder) the k sessions are rescored for the query (one query only; it reads the first 10; see
-    `retriever.rerank`)."""
-    docs = memory.search(queries, k=k)
+def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None, date_range=None) -> list[Document]:
+    """Top-k sessions for one or several queries, each with its best L0 summary; `date_range` prefers the
+    sessions in it (`Memory.search`). With a `reranker` (a cross-encoder) the k sessions are rescored for the
+    query (one query only; it reads the first 10; see `retriever.rerank`)."""
+    docs = memory.search(queries, k=k, date_range=date_range)
     if reranker is None:
         return docs
     if not isinstance(queries, str):
@@ -159,13 +159,18 @@ def make_memory_tools(memory) -> list[BaseTool]:
     """
 
     @tool("search_memory")
-    def search_tool(query: str, k: int = SEARCH_K) -> str:
-        """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first."""
+    def search_tool(query: str, k: int = SEARCH_K, date_range: str = "") -> str:
+        """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first.
+        date_range, like '2023-05-01..2023-05-31', ranks the sessions of those days first (empty: no preference)."""
         if not query.strip():
             raise ToolException("The query is empty: say what to look for, e.g. 'my dog's name'.")
         if not 1 <= k <= MAX_K:
             raise ToolException(f"k must be between 1 and {MAX_K}, got {k}.")
-        docs = search_memory(memory, query, k)
+        try:
+            dates = parse_date_range(date_range) if date_range.strip() else None
+        except InputError as error:
+            raise ToolException(f"Not searched: {error}.") from None
+        docs = search_memory(memory, query, k, date_range=dates)
         if not docs:
             return "This memory holds no sessions yet: there is nothing to search."
         # One line per session: raw-mode summaries are whole windows of turns, newlines included.

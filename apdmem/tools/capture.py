@@ -4,6 +4,11 @@ user's memory after its turns, and the `remember_fact` tool lets the agent recor
 Both call `Memory.remember`, the write path of the server's `remember` graph: a conversation saved again with
 more messages extends its session (nothing is stored twice, the L2 notes of earlier turns are kept).
 
+A fact is stored once. When a conversation is saved, the facts the agent recorded in it with `remember_fact`
+(its tool calls) are forgotten as sessions of their own: the saved conversation holds what the user said, in
+their words, where and when they said it, which is the better evidence. A fact recorded where no conversation is
+saved (no `MemoryCapture`, no `save_conversation`) stays a session of its own.
+
 >>> from langchain.agents import create_agent                                          # doctest: +SKIP
 >>> memory = Memory("alice")                                                           # doctest: +SKIP
 >>> agent = create_agent(model, [*make_memory_tools(memory), make_remember_tool(memory)],
@@ -26,6 +31,7 @@ from apdmem.errors import ApdmemError
 from apdmem.memory.memory import IngestReport
 
 _ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"))
+FACT_TOOL = "remember_fact"  # the name of the tool of `make_remember_tool`, as an agent's tool calls name it
 
 
 def conversation(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
@@ -52,9 +58,20 @@ def thread_session_id(messages: Sequence[BaseMessage], thread_id: str | None = N
 
 def save_conversation(memory, messages: Sequence[BaseMessage], *, session_id: str) -> IngestReport:
     """Save an agent's conversation (see `conversation`) as session `session_id` of `memory`; saved again with
-    more messages, the session is extended. Call it when a thread ends, e.g.
+    more messages, the session is extended. The facts the agent recorded in it with `remember_fact` are then
+    forgotten as sessions of their own (see the module's docstring). Call it when a thread ends, e.g.
     ``save_conversation(memory, agent.get_state(config).values["messages"], session_id=f"thread-{thread_id}")``."""
-    return memory.remember(conversation(messages), session_id=session_id)
+    report = memory.remember(conversation(messages), session_id=session_id)
+    stored = set(memory.session_ids())
+    if absorbed := [sid for sid in dict.fromkeys(recorded_facts(messages)) if sid in stored]:
+        memory.forget(*absorbed)
+    return report
+
+
+def recorded_facts(messages: Sequence[BaseMessage]) -> list[str]:
+    """The session ids of the facts the agent's `remember_fact` calls in `messages` recorded (or tried to)."""
+    return [fact_session_id(call["args"]["fact"]) for message in messages if isinstance(message, AIMessage)
+            for call in message.tool_calls if call["name"] == FACT_TOOL and isinstance(call["args"].get("fact"), str)]
 
 
 class MemoryCapture(AgentMiddleware):
@@ -91,14 +108,18 @@ class MemoryCapture(AgentMiddleware):
 # --- the tool with which an agent records a fact --------------------------------------------------------------
 
 
+def fact_session_id(fact: str) -> str:
+    """The session a fact is stored as: ``fact-<hash of its words>``, whatever their case and spacing."""
+    return "fact-" + hashlib.sha256(" ".join(fact.split()).lower().encode()).hexdigest()[:16]
+
+
 def remember_fact(memory, fact: str) -> str:
     """Store a fact the user stated (one user message, in the user's words) as a session of its own, dated
     now; returns its id. The id comes from the fact's text, so a fact recorded twice is stored once."""
     if not isinstance(fact, str) or not fact.strip():
         raise ValueError("the fact is empty: pass the user's statement, e.g. 'My sister Maya lives in Porto.'")
-    fact = " ".join(fact.split())
-    session_id = "fact-" + hashlib.sha256(fact.lower().encode()).hexdigest()[:16]
-    memory.remember([HumanMessage(fact)], session_id=session_id)
+    session_id = fact_session_id(fact)
+    memory.remember([HumanMessage(" ".join(fact.split()))], session_id=session_id)
     return session_id
 
 
@@ -106,7 +127,7 @@ def make_remember_tool(memory) -> BaseTool:
     """The `remember_fact` tool over one user's memory, for any agent (beside `make_memory_tools(memory)`). As
     those tools do, it answers a bad call with a message the model can act on, and never raises."""
 
-    @tool("remember_fact")
+    @tool(FACT_TOOL)
     def remember_tool(fact: str) -> str:
         """Save a fact the user just stated about themselves (people, preferences, plans, events, changes) so that
         it can be found in later conversations. Write it in the user's own words, first person, one fact, e.g.
