@@ -84,31 +84,34 @@ def run_blocks(name: str, blocks: list[dict], tmp_path: Path, **env: str) -> lis
     return json.loads(run.stdout.splitlines()[-1])
 
 
+def serves(blocks: list[dict]) -> bool:
+    """Whether the blocks talk to a LangGraph server (at the address `SERVER`)."""
+    return any(SERVER in b["code"] for b in blocks)
+
+
 def cases() -> list:
-    """One test per page (its unmarked blocks), one per marked block."""
+    """One test per page (its unmarked blocks, in order) and one per marked block; those with a server are slow."""
     out = []
     for page in DOC_PAGES:
-        blocks = python_blocks(page)
-        name = str(page.relative_to(ROOT))
-        if any(not b["needs"] for b in blocks):
-            out.append(pytest.param(page, [b for b in blocks if not b["needs"]], id=name))
-        out += [pytest.param(page, [b], id=f"{name}:{b['line']}") for b in blocks if b["needs"]]
+        name, blocks = str(page.relative_to(ROOT)), python_blocks(page)
+        groups = {name: [b for b in blocks if not b["needs"]]} | {f"{name}:{b['line']}": [b] for b in blocks if b["needs"]}
+        out += [pytest.param(page, group, id=case, marks=[pytest.mark.slow] * serves(group))
+                for case, group in groups.items() if group]
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("page, blocks", cases())
 def test_python_blocks_run(page, blocks, tmp_path):
     name = str(page.relative_to(ROOT))
     for block in blocks:
         if block["needs"] and not os.environ.get(block["needs"]):
             pytest.skip(f"{name}:{block['line']} needs {block['needs']} ({block['why']})")
-    serves = any(SERVER in b["code"] for b in blocks)
     (tmp_path / "store").mkdir()
-    with langgraph_dev(tmp_path / "store", APDMEM_AUTH_SECRET=SECRET) if serves else nullcontext() as url:
-        if serves:
+    with langgraph_dev(tmp_path / "store", APDMEM_AUTH_SECRET=SECRET) if serves(blocks) else nullcontext() as url:
+        env = {}
+        if url:
             blocks = [{**b, "code": b["code"].replace(SERVER, url)} for b in blocks]
-        env = {"APDMEM_TOKEN": make_token("alice", SECRET)} if serves else {}
+            env["APDMEM_TOKEN"] = make_token("alice", SECRET)
         printed = run_blocks(name, blocks, tmp_path, **env)
     for block, out in zip(blocks, printed):
         if block["output"] is not None:

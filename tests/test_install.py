@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_docs import python_blocks
 
 # One worker runs the whole file (`make test` runs `--dist loadgroup`): its module fixtures are costly.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]
@@ -64,6 +65,17 @@ def installed(tmp_path_factory):
             break
     assert run.returncode == 0, run.stderr[-3000:]
     return python, python.parent
+
+
+def test_the_readme_example_runs_as_written(installed, tmp_path):
+    """A new user's first program: the README's example, run in the fresh virtualenv with nothing configured (its
+    memory in ~/.apdmem, here a temporary home), prints what the README shows."""
+    python, _ = installed
+    (example,) = python_blocks(ROOT / "README.md")
+    run = subprocess.run([str(python), "-c", example["code"]], cwd=tmp_path, env={**user_env(), "HOME": str(tmp_path)},
+                         capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == example["output"] and (tmp_path / ".apdmem" / "users").is_dir()
 
 
 def test_the_install_has_no_pytorch_and_no_compiled_chat_model(installed):

@@ -39,8 +39,8 @@ LINKS_PER_SESSION = 3
 # in the LongMemEval history shipped with the package (1225 pairs). all-MiniLM-L6-v2: median 0.10, 90th percentile
 # 0.19, 99th 0.30, best 0.56; bge-small-en-v1.5, whose cosines run higher (the median pair's best cosine between
 # units is 0.60 against MiniLM's 0.16): median 0.32, 90th 0.40, 99th 0.45, best 0.61. Both are above every pair of
-# the tests' history of seven unrelated sessions. Other spaces (providers' models) take MiniLM's. See README "The
-# controller".
+# the tests' history of seven unrelated sessions. Other spaces (providers' models) take MiniLM's. See
+# docs/controller.md.
 THRESHOLDS = {"local:minilm": 0.30, "local:bge-small": 0.45}
 DEFAULT_THRESHOLD = THRESHOLDS["local:minilm"]
 TERMS_SHOWN = 6  # shared terms a link keeps as its reason, rarest first

@@ -24,8 +24,8 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     reranker = settings.reranker()
     # The question's dates are no search preference (they reach the models as `date_hints`, and one session dated
     # near each is lifted and opened: `policy.lift`, `policy.wanted`): on the 151 dev questions preferring the sessions
-    # dated in them lowered the policy's evidence recall (0.986 -> 0.974, temporal questions 0.961 -> 0.914; README
-    # "The controller"). A date in a question says when something happened, and the evidence is often told in other
+    # dated in them lowered the policy's evidence recall (0.986 -> 0.974, temporal questions 0.961 -> 0.914;
+    # docs/controller.md). A date in a question says when something happened, and the evidence is often told in other
     # sessions: a preferred day crowds them out of the head.
     for query in queries:
         found += collect(candidates, query, search_memory(memory, query, k=ctx.top_k, reranker=reranker))
