@@ -23,7 +23,7 @@ from langgraph.runtime import Runtime
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from apdmem.errors import InputError, UnknownSessionError
+from apdmem.errors import InputError
 from apdmem.graph.context import Context
 from apdmem.memory.loaders import parse_sessions
 from apdmem.memory.records import check_id
@@ -122,14 +122,7 @@ def forget(state: ForgetState, runtime: Runtime[Context], *, settings: Settings,
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
         raise InputError("'session_ids' must be a non-empty list of session ids", source="session_ids")
     ids = list(dict.fromkeys(check_id(i, "session") for i in ids))
-    stored = set(memory.session_ids())
-    if missing := [i for i in ids if i not in stored]:
-        raise UnknownSessionError(missing[0])
-    for session_id in ids:
-        try:
-            memory.forget(session_id)
-        except UnknownSessionError:
-            pass  # forgotten meanwhile by another run: what was asked holds
+    memory.forget(*ids)  # all in one commit, or none
     return ForgetOutput(forgotten=ids)
 
 
