@@ -124,8 +124,12 @@ def test_the_runner_finds_every_block_and_fails_on_a_raising_one(tmp_path):
     assert len(readme) == 1 and len(readme[0]["code"].splitlines()) <= 25 and readme[0]["needs"] is None
     assert sum(len(python_blocks(p)) for p in DOC_PAGES) >= 6
     page = tmp_path / "page.md"
-    page.write_text("# a page\n\n```python\nx = 1\n```\n\n```python\nraise ValueError(f'broken {x}')\n```\n")
+    page.write_text("# a page\n\n```python\nx = 1\n```\n\n```python\nraise ValueError(f'broken {x}')\n```\n\n"
+                    "1. a list item:\n\n   ```python\n   # docs-test: needs SOME_KEY (a reason)\n   print(2)\n   ```\n\n"
+                    "   prints\n\n   ```output\n   2\n   ```\n")
     blocks = python_blocks(page)
-    assert [b["line"] for b in blocks] == [4, 8]
+    assert [(b["line"], b["needs"], b["why"], b["output"]) for b in blocks] == [
+        (4, None, None, None), (8, None, None, None), (14, "SOME_KEY", "a reason", "2\n")]
+    blocks = blocks[:2]
     with pytest.raises(AssertionError, match=r"(?s)page.md\", line 8.*ValueError: broken 1"):
         run_blocks("page.md", blocks, tmp_path)
