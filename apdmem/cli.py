@@ -188,6 +188,8 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
             why = lifted_by(chunk.get("via"))
             print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{why}", flush=True)
+        elif chunk["event"] == "dates_ignored":
+            print(f"  dates ignored: {'; '.join(chunk['reasons'])}", flush=True)
     return final
 
 

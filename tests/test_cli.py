@@ -85,7 +85,7 @@ def test_ingest_search_show_sessions_forget(apdmem, history_file):
         ('[{"session_id": "s-new", "date": "2024-06-01", "messages": [', "malformed JSON at line 1"),
         ('[{"session_id": "s-new", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]},'
          ' {"session_id": "s-bad", "date": "yesterday", "messages": [{"role": "user", "content": "hi"}]}]',
-         "record s-bad: unrecognized date 'yesterday'"),
+         "record 's-bad': unrecognized date 'yesterday'"),
     ],
 )
 def test_a_bad_file_is_refused_whole_and_changes_nothing(apdmem, history_file, tmp_path, content, reason):

@@ -121,7 +121,7 @@ def test_a_malformed_remember_input_fails_in_one_line_and_changes_nothing(server
     with pytest.raises(Exception) as failed:
         alice.runs.wait(None, "remember", input=broken)
     message = str(failed.value)
-    assert "sessions, record s-job: message 0: missing field 'content'" in message and "\n" not in message
+    assert "sessions, record 's-job': message 0: missing field 'content'" in message and "\n" not in message
     with pytest.raises(Exception, match="nothing to remember"):
         alice.runs.wait(None, "remember", input={"sesions": [generic("s-knee")]})
     assert stored_text(memory_dir, "alice") == before and "s-knee" not in listed(alice)

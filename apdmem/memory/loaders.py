@@ -20,11 +20,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from apdmem.errors import InputError
+from apdmem.limits import MAX_MESSAGE_CHARS  # refused here rather than halfway through ingest
 from apdmem.memory.records import ROLES, Session, Turn, check_id
-
-# A single message this long is a pasted file or a broken export, not conversation; it would also overflow the
-# context window of the model that summarizes its session, so it is refused here rather than halfway through ingest.
-MAX_MESSAGE_CHARS = 200_000
 
 _ROLE_ALIASES = {"human": "user", "ai": "assistant"}  # LangChain's type names, common in chat exports
 _LANGCHAIN_ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"))
@@ -123,7 +120,7 @@ def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id:
     >>> session_from_messages([{"role": "user", "content": "I moved to Lisbon."}], session_id="c1", date="2024-05-01").turns[0].role
     'user'
     """
-    sid = _checked(check_id, session_id, "session", where=session_id)
+    sid = _checked(check_id, session_id, "session", where=None)  # the message names the id: named once
     if not isinstance(messages, (list, tuple)):
         raise InputError(f"messages must be a list, got {type(messages).__name__}", record=sid)
     turns = []
@@ -235,7 +232,7 @@ def _strings(obj: Any, key: str, where: str | int, part: str = "") -> list[str]:
     return values
 
 
-def _checked(check: Callable[..., Any], *args: Any, where: str | int) -> Any:
+def _checked(check: Callable[..., Any], *args: Any, where: str | int | None) -> Any:
     """check(*args), its ValueError (a bad id or date, shown in the message) as an InputError naming the record."""
     try:
         return check(*args)
