@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from apdmem.errors import InputError
+from apdmem.errors import InputError, shown
 from apdmem.limits import MAX_MESSAGE_CHARS  # refused here rather than halfway through ingest
 from apdmem.memory.records import ROLES, Session, Turn, check_id
 
@@ -97,7 +97,7 @@ def parse_date(text: str) -> datetime:
     (datetime.datetime(2023, 5, 20, 0, 29), datetime.datetime(2023, 5, 8, 13, 56))
     """
     if not isinstance(text, str):
-        raise ValueError(f"date must be a string, got {type(text).__name__} {text!r}")
+        raise ValueError(f"date must be a string, got {type(text).__name__} {shown(text)}")
     for fmt in _DATE_FORMATS:
         try:
             return datetime.strptime(text.strip(), fmt)
@@ -107,7 +107,7 @@ def parse_date(text: str) -> datetime:
         return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
     except ValueError:
         expected = "e.g. '2023/05/20 (Sat) 00:29', '1:56 pm on 8 May, 2023' or ISO 8601 '2023-05-20T00:29'"
-        raise ValueError(f"unrecognized date {text!r}: expected {expected}") from None
+        raise ValueError(f"unrecognized date {shown(text)}: expected {expected}") from None
 
 
 def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id: str, date: datetime | str) -> Session:
@@ -244,7 +244,7 @@ def _turn(role: Any, content: Any, sid: str, index: int, **extra: Any) -> Turn:
     """One checked Turn: a known role, string content of at most MAX_MESSAGE_CHARS."""
     role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
     if role not in ROLES:
-        raise InputError(f"message {index}: unknown role {role!r} (use user, assistant, system, human, ai)", record=sid)
+        raise InputError(f"message {index}: unknown role {shown(role)} (use user, assistant, system, human, ai)", record=sid)
     if not isinstance(content, str):
         raise InputError(f"message {index}: content must be a string, got {type(content).__name__}", record=sid)
     if len(content) > MAX_MESSAGE_CHARS:

@@ -35,11 +35,18 @@ def open_memory(runtime, settings, memory=None):
     """The memory this run reads: the graph's own `memory` when it was built with one, else the user's in the
     store of `settings`. Behind server auth it is the authenticated user's, whatever the run's context claims:
     a context naming another user is refused."""
-    ctx = runtime.context
+    ctx = run_context(runtime)
     user = authenticated_user(runtime)
     if user is not None and ctx.user_id not in (user, "default"):
         raise ConfigError(f"this run is authenticated as {user!r} and cannot read the memory of {shown(ctx.user_id)}")
     return memory if memory is not None else settings.open_memory(user or ctx.user_id)
+
+
+def run_context(runtime):
+    """The run's `Context`; a run invoked without one (a Python caller) fails in one line saying what to give."""
+    if runtime.context is None:
+        raise ConfigError("the run has no context: give one, e.g. context={'user_id': 'alice'}")
+    return runtime.context
 
 
 def checked_input(state, runtime) -> tuple[str, datetime]:
@@ -47,8 +54,7 @@ def checked_input(state, runtime) -> tuple[str, datetime]:
     given), checked where the controller starts: a missing, empty or non-string question, one over
     MAX_QUESTION_CHARS, a question_date that is no date, or no run context fail the run with one line naming
     the field. (The context's own fields are checked as LangGraph builds it: `Context.__post_init__`.)"""
-    if runtime.context is None:
-        raise ConfigError("the run has no context: give one, e.g. context={'user_id': 'alice'}")
+    run_context(runtime)
     question = state.get("question")
     if not isinstance(question, str) or not question.strip():
         got = "none" if question is None else f"{type(question).__name__} {shown(question)}"

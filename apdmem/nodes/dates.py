@@ -174,6 +174,7 @@ def resolve_relative_dates(question: str, today: date, ignored: list[str] | None
         for m in re.finditer(rf"\b(?:{pattern})\b", question, flags=re.I):
             if any(taken[m.start():m.end()]):
                 continue
+            taken[m.start():m.end()] = b"\x01" * (m.end() - m.start())  # its parts are no other expression
             try:
                 start, end = resolve(m)
             except (ValueError, OverflowError) as exc:
@@ -181,7 +182,6 @@ def resolve_relative_dates(question: str, today: date, ignored: list[str] | None
                 if ignored is not None:
                     ignored.append(f"{shown(m.group(0))}: {reason}")
                 continue
-            taken[m.start():m.end()] = b"\x01" * (m.end() - m.start())
             hints.append((m.start(), DateHint(m.group(0), start, end)))
     return [h for _, h in sorted(hints, key=lambda x: x[0])]
 
