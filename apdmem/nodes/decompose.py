@@ -150,6 +150,6 @@ def _items(question: str) -> list[str]:
     if start >= len(words):
         return []
     frame, boundary = " ".join(words[:start]), words[start - 1].lower() if start else ""
-    items = [" ".join(words[start:])] + _JOINERS.split(text[joiner.end():], maxsplit=_MOST_ITEMS - 2)[: _MOST_ITEMS - 1]
+    items = [" ".join(words[start:])] + _JOINERS.split(text[joiner.end():])[: _MOST_ITEMS - 1]
     items = [re.sub(rf"^{re.escape(boundary)}\s+", "", i, flags=re.I) if boundary else i for i in items]
     return [f"{frame} {i}".strip() for i in items if i]
