@@ -168,7 +168,7 @@ def resolve_relative_dates(question: str, today: date, ignored: list[str] | None
     >>> [h.describe() for h in resolve_relative_dates("What did I buy last Saturday?", date(2023, 5, 30))]
     ['"last Saturday" = 2023-05-27 (Saturday)']
     """
-    taken = bytearray(len(question))  # 1 for each character inside an expression already resolved
+    taken = bytearray(len(question))  # 1 for each character of an expression already recognized (linear, unlike pairs)
     hints: list[tuple[int, DateHint]] = []
     for pattern, resolve in _rules(today):
         for m in re.finditer(rf"\b(?:{pattern})\b", question, flags=re.I):
@@ -228,7 +228,7 @@ def normalize_dates(state, runtime, *, settings) -> dict:
     question, asked = checked_input(state, runtime)
     ctx, today, usage = runtime.context, asked.date(), Usage()
     hints: list[DateHint] = []
-    ignored: list[str] = []  # expressions outside the calendar: no date to search near, said in the trace
+    ignored: list[str] = []  # expressions that name no date of the calendar: nothing to search near, said in the trace
     if ctx.date_normalization:
         hints = resolve_relative_dates(question, today, ignored)
         if unresolved_cues(question, hints):
