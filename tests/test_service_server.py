@@ -193,6 +193,7 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     assert schema["$defs"]["Message"]["required"] == ["role", "content"]
     assert tools["forget"].input_schema["required"] == ["session_ids"]
     assert "question" in tools["apdmem"].input_schema["properties"]["question"]["description"]
+    assert tools["apdmem"].input_schema["required"] == ["question"]
 
     assert not remembered.is_error and "'added': ['mcp-chat']" in remembered.content[0].text
     assert not answered.is_error and "mcp-chat" in answered.content[0].text and "lapsang" in answered.content[0].text
