@@ -199,7 +199,10 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
         if mode == "values":
             final = chunk
         elif chunk["event"] == "dates":
-            print(f"  [dates] the question's dates, from {chunk['today']}: {'; '.join(chunk['dates'])}", flush=True)
+            if chunk["dates"]:
+                print(f"  [dates] the question's dates, from {chunk['today']}: {'; '.join(chunk['dates'])}", flush=True)
+            if chunk["ignored"]:
+                print(f"  [dates] ignored: {'; '.join(chunk['ignored'])}", flush=True)
         elif chunk["event"] == "search":
             queries = [q if len(q) <= QUERY_SHOWN else q[: QUERY_SHOWN - 3] + "..." for q in chunk["queries"]]
             print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)

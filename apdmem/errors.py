@@ -2,6 +2,22 @@
 
 import shlex
 
+SHOWN_CHARS = 80  # of an id echoed in an error
+
+
+def shown(value: object) -> str:
+    """`value` (an id as a client sent it) as an error message shows it: quoted with its control characters
+    escaped, and cut to SHOWN_CHARS characters, so that a newline or ten thousand characters sent where an id
+    belongs leave the error one short line.
+
+    >>> shown("chat-7"), shown("a\\nb"), shown("x" * 10_000).endswith("x'... (10,000 characters)")
+    ("'chat-7'", "'a\\\\nb'", True)
+    """
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return f"{value[:SHOWN_CHARS]!r}... ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... (a {type(value).__name__})"
+
 
 class ApdmemError(Exception):
     """Base class of every error apdmem raises on purpose."""
@@ -15,7 +31,7 @@ class InputError(ApdmemError, ValueError):
 
     def __init__(self, message: str, *, source: str = "<input>", record: str | int | None = None):
         self.source, self.record, self.reason = source, record, message
-        where = source if record is None else f"{source}, record {record}"
+        where = source if record is None else f"{source}, record {record if isinstance(record, int) else shown(record)}"
         super().__init__(f"{where}: {message}")
 
 
@@ -27,7 +43,7 @@ class UnknownSessionError(ApdmemError, KeyError):
     """The session is not in this user's memory."""
 
     def __str__(self) -> str:
-        return f"no session {self.args[0]!r} in this user's memory"
+        return f"no session {shown(self.args[0])} in this user's memory"
 
 
 class ConfigError(ApdmemError, ValueError):
@@ -46,5 +62,9 @@ class OtherSpaceError(ConfigError):
 
     def __init__(self, user_id: str, recorded, configured: str):
         self.user_id, self.recorded, self.configured = user_id, recorded, configured
-        super().__init__(f"memory of user {user_id!r} was embedded with {recorded!r}; this configuration uses {configured!r}: "
+        super().__init__(f"memory of user {shown(user_id)} was embedded with {recorded!r}; this configuration uses {configured!r}: "
                          f"run `apdmem reindex --user {shlex.quote(user_id)}` to re-embed it")
+
+
+class LimitError(InputError):
+    """A request asks more than one of the documented limits allows (`apdmem.limits`); `source` names the field."""

@@ -120,7 +120,7 @@ def test_search_date_range_and_a_bad_one_in_one_line(apdmem, history_file):
         ('[{"session_id": "s-new", "date": "2024-06-01", "messages": [', "malformed JSON at line 1"),
         ('[{"session_id": "s-new", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]},'
          ' {"session_id": "s-bad", "date": "yesterday", "messages": [{"role": "user", "content": "hi"}]}]',
-         "record s-bad: unrecognized date 'yesterday'"),
+         "record 's-bad': unrecognized date 'yesterday'"),
     ],
 )
 def test_a_bad_file_is_refused_whole_and_changes_nothing(apdmem, history_file, tmp_path, content, reason):

@@ -75,10 +75,10 @@ def test_remember_sessions_and_forget_through_the_graphs(served, history):
     ({"sessions": "s-new"}, "sessions: expected a non-empty list"),
     ({"sessions": [{"session_id": "s-new", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]},
                    {"session_id": "s-late", "messages": [{"role": "user", "content": "hi"}]}]},
-     "sessions, record s-late: missing field 'date'"),
+     "sessions, record 's-late': missing field 'date'"),
     ({"sessions": [{"session_id": "a/b", "date": "2024-06-01", "messages": [{"role": "user", "content": "hi"}]}]},
      "invalid session id"),
-    ({"session_id": "s-dog", "messages": [{"role": "bot", "content": "hi"}]}, "messages, record s-dog: message 0: unknown role 'bot'"),
+    ({"session_id": "s-dog", "messages": [{"role": "bot", "content": "hi"}]}, "messages, record 's-dog': message 0: unknown role 'bot'"),
     ({"session_id": "s-dog", "messages": [{"role": "user", "content": "hi"}], "date": "someday"}, "unrecognized date 'someday'"),
 ])
 def test_bad_remember_input_fails_in_one_line_and_changes_nothing(served, history, bad, message):

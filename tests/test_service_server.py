@@ -121,10 +121,38 @@ def test_a_malformed_remember_input_fails_in_one_line_and_changes_nothing(server
     with pytest.raises(Exception) as failed:
         alice.runs.wait(None, "remember", input=broken)
     message = str(failed.value)
-    assert "sessions, record s-job: message 0: missing field 'content'" in message and "\n" not in message
+    assert "sessions, record 's-job': message 0: missing field 'content'" in message and "\n" not in message
     with pytest.raises(Exception, match="nothing to remember"):
         alice.runs.wait(None, "remember", input={"sesions": [generic("s-knee")]})
     assert stored_text(memory_dir, "alice") == before and "s-knee" not in listed(alice)
+
+
+def test_hostile_inputs_fail_the_run_in_one_short_line_and_dates_beyond_the_calendar_are_ignored(server):
+    """Issue 30 on the server: a date beyond year 9999 answered "OverflowError: An internal error occurred"; a
+    missing question, `layers=5` and a 100,000-character question ended in KeyError, AttributeError or minutes of
+    decomposition; a session id of 10,000 characters with newlines came back twice, 25,000 characters long."""
+    url, memory_dir = server
+    alice = client_of(url, "alice")
+    alice.runs.wait(None, "remember", input={"sessions": [generic("s-hiking")]})
+    before = stored_text(memory_dir, "alice")
+    far = alice.runs.wait(None, "apdmem", input={"question": "Where did I hike 1000000 days ago?", "question_date": QUESTION_DATE},
+                          context={**QUICK, "date_normalization": True})
+    assert "s-hiking" in sessions_read(far)
+    refused = [
+        ({"question_date": QUESTION_DATE}, QUICK, "InputError: question: give the question as non-empty text, got none"),
+        ({"question": "Where did I hike?"}, {**QUICK, "layers": 5}, "ConfigError: context field 'layers' must be a string, got int 5"),
+        ({"question": "x " * 50_000}, QUICK, "LimitError: question: 100,000 characters, over the limit of 20,000"),
+    ]
+    for inputs, context, message in refused:
+        with pytest.raises(Exception) as failed:
+            alice.runs.wait(None, "apdmem", input=inputs, context=context)
+        assert str(failed.value) == message
+    with pytest.raises(Exception) as failed:
+        alice.runs.wait(None, "remember", input={"session_id": "a\n" * 5_000, "messages": generic("s-dog")["messages"]})
+    message = str(failed.value)
+    assert message.startswith("InputError: messages: invalid session id 'a\\na\\n") and len(message) < 400
+    assert message.count(repr("a\n" * 40)) == 1 and "... (10,000 characters)" in message and "\n" not in message
+    assert stored_text(memory_dir, "alice") == before
 
 
 # --- MCP ---------------------------------------------------------------------------------------------------
@@ -165,6 +193,7 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     assert schema["$defs"]["Message"]["required"] == ["role", "content"]
     assert tools["forget"].input_schema["required"] == ["session_ids"]
     assert "question" in tools["apdmem"].input_schema["properties"]["question"]["description"]
+    assert tools["apdmem"].input_schema["required"] == ["question"]
 
     assert not remembered.is_error and "'added': ['mcp-chat']" in remembered.content[0].text
     assert not answered.is_error and "mcp-chat" in answered.content[0].text and "lapsang" in answered.content[0].text

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from apdmem.errors import ConfigError
+from apdmem.errors import ConfigError, shown
+from apdmem.limits import CONTEXT_MAXIMA
 from apdmem.settings import environment
 
 
@@ -54,23 +55,33 @@ class Context:
     draft_answer: bool = _option(True, "Pass the controller's draft to the answer node.")
 
     def __post_init__(self) -> None:
+        """Every field checked where a run starts (LangGraph builds the context from the run's JSON before any
+        node): a JSON value of the field's type ("false" is no boolean), integers within `CONTEXT_MAXIMA`."""
         _from_environment(self)
-        for name in ("tmax", "top_k", "drill_width", "max_queries"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"context field {name!r} must be a positive integer, got {value!r}")
+        for f in fields(self):
+            value, kind = getattr(self, f.name), type(f.default)
+            if type(value) is not kind:  # exactly: True is an int to isinstance
+                raise ConfigError(f"context field {f.name!r} must be {_KINDS[kind]}, got {type(value).__name__} {shown(value)}")
+            if kind is int and not 1 <= value <= CONTEXT_MAXIMA[f.name]:
+                raise ConfigError(f"context field {f.name!r} must be an integer from 1 to {CONTEXT_MAXIMA[f.name]}, got {value!r}")
         unknown = set(self.allowed_layers) - {"L1", "L2", "L3"}
         if unknown:
-            raise ConfigError(f"context field 'layers' names unknown layers {sorted(unknown)}: use L1, L2, L3")
+            raise ConfigError(f"context field 'layers' names unknown layers {shown(sorted(unknown))}: use L1, L2, L3")
 
     @property
     def allowed_layers(self) -> tuple[str, ...]:
         return tuple(layer.strip() for layer in self.layers.split(",") if layer.strip())
 
 
+_KINDS = {bool: "true or false", int: "an integer", str: "a string"}
+
+
 def _convert(name: str, raw: str, default):
     if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
+        word = raw.strip().lower()
+        if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ConfigError(f"{name}={raw!r} is not a boolean: use true or false")
+        return word in ("1", "true", "yes", "on")
     if isinstance(default, int):
         try:
             return int(raw)

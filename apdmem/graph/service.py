@@ -15,6 +15,7 @@ thread: a client may wait for them, start them in the background, or schedule th
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import Annotated
 
@@ -25,6 +26,7 @@ from typing_extensions import TypedDict
 
 from apdmem.errors import InputError
 from apdmem.graph.context import Context
+from apdmem.limits import MAX_REMEMBER_BYTES, MAX_REMEMBER_SESSIONS, check_limit
 from apdmem.memory.loaders import parse_sessions
 from apdmem.memory.records import check_id
 from apdmem.nodes.common import open_memory
@@ -57,7 +59,8 @@ class SessionRecord(TypedDict):
 class RememberInput(TypedDict, total=False):
     """Either `sessions` (several conversations) or `messages` with `session_id` (one conversation)."""
 
-    sessions: Annotated[list[SessionRecord], _doc("Conversations to store, each with its id, date and messages.")]
+    sessions: Annotated[list[SessionRecord], _doc(f"Conversations to store, each with its id, date and messages; at most "
+                                                  f"{MAX_REMEMBER_SESSIONS} per call, and {MAX_REMEMBER_BYTES:,} bytes of input.")]
     messages: Annotated[list[Message], _doc("One conversation's messages (with session_id).")]
     session_id: Annotated[str, _doc("Id of the conversation given in messages. Sending a stored id again with more "
                                     "messages extends that conversation.")]
@@ -79,6 +82,7 @@ class RememberState(RememberInput, RememberOutput, total=False):
 
 def remember(state: RememberState, runtime: Runtime[Context], *, settings: Settings, memory=None) -> RememberOutput:
     """Store the conversations of the input in the run's user's memory (all of them or, on bad input, none)."""
+    _check_size(state)
     memory = open_memory(runtime, settings, memory)
     if state.get("sessions") is not None:
         if any(state.get(key) is not None for key in ("messages", "session_id", "date")):
@@ -98,6 +102,14 @@ def remember(state: RememberState, runtime: Runtime[Context], *, settings: Setti
         raise InputError("nothing to remember: give 'sessions', or 'messages' with 'session_id'")
     return RememberOutput(added=report.added, updated=report.updated, unchanged=report.unchanged, turns=report.turns,
                           units=report.units)
+
+
+def _check_size(state: RememberState) -> None:
+    """The input within one call's limits (`apdmem.limits`: sessions, and bytes as JSON), before it is parsed."""
+    if isinstance(state.get("sessions"), list):
+        check_limit(len(state["sessions"]), MAX_REMEMBER_SESSIONS, source="sessions", unit="sessions")
+    size = len(json.dumps(state, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    check_limit(size, MAX_REMEMBER_BYTES, source="input", unit="bytes")
 
 
 # --- forget ------------------------------------------------------------------------------------------------

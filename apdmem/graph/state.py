@@ -9,7 +9,7 @@ from pydantic import Field
 
 # Pydantic (which builds the JSON schemas LangGraph Studio shows) reads TypedDicts of `typing_extensions` only,
 # on Python < 3.12.
-from typing_extensions import TypedDict
+from typing_extensions import Required, TypedDict
 
 LAYER_DEPTH = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
 
@@ -54,7 +54,7 @@ def add_usage(left: dict[str, dict], right: dict[str, dict]) -> dict[str, dict]:
 
 class InputState(TypedDict, total=False):
     # The descriptions are what Studio and MCP clients show (LangGraph Server serves the graph as an MCP tool).
-    question: Annotated[str, Field(description="The question about the user's past conversations.")]
+    question: Required[Annotated[str, Field(description="The question about the user's past conversations.")]]
     question_date: Annotated[str, Field(description="When the question is asked, for relative dates ('last week'): "
                                                     "ISO 8601 or e.g. '2023/05/30 (Tue) 23:40'; default: now.")]
 

@@ -101,9 +101,9 @@ def llm_unit(session: Session, start: int, end: int, model, usage: Usage) -> Uni
     """A unit summarized by the chat model; falls back to the raw window if the model fails."""
     date = session.date
     prompt = prompts.L0_WINDOW.format(
-        date=date.strftime("%Y-%m-%d %H:%M"),
+        date=date.isoformat(" ", "minutes"),
         weekday=date.strftime("%A"),
-        yesterday=(date - timedelta(days=1)).strftime("%Y-%m-%d"),
+        yesterday=(date - timedelta(days=1)).date().isoformat() if date.toordinal() > 1 else "a day before the calendar",
         turns=format_turns(session, range(start, end)),
     )
     out = ask_structured(model, WindowSummary, prompt, usage)
@@ -270,7 +270,7 @@ def turn_sentences(turn: Turn) -> list[str]:
 
 def _session_prompt(template: str, session: Session, indexes) -> str:
     return template.format(
-        date=session.date.strftime("%Y-%m-%d %H:%M"), weekday=session.date.strftime("%A"), turns=format_turns(session, indexes)
+        date=session.date.isoformat(" ", "minutes"), weekday=session.date.strftime("%A"), turns=format_turns(session, indexes)
     )
 
 
@@ -292,7 +292,7 @@ def _speaker(turn: Turn) -> str:
 
 
 def _heading(session: Session, layer: str, title: str) -> str:
-    return f"# {layer} {title}: session {session.session_id} ({session.date:%Y-%m-%d %H:%M, %A})\n"
+    return f"# {layer} {title}: session {session.session_id} ({session.date.isoformat(' ', 'minutes')}, {session.date:%A})\n"
 
 
 def render_l0(session: Session, units: list[Unit]) -> str:

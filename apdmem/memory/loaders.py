@@ -19,12 +19,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from apdmem.errors import InputError
+from apdmem.errors import InputError, shown
+from apdmem.limits import MAX_MESSAGE_CHARS  # refused here rather than halfway through ingest
 from apdmem.memory.records import ROLES, Session, Turn, check_id
-
-# A single message this long is a pasted file or a broken export, not conversation; it would also overflow the
-# context window of the model that summarizes its session, so it is refused here rather than halfway through ingest.
-MAX_MESSAGE_CHARS = 200_000
 
 _ROLE_ALIASES = {"human": "user", "ai": "assistant"}  # LangChain's type names, common in chat exports
 _LANGCHAIN_ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"))
@@ -100,7 +97,7 @@ def parse_date(text: str) -> datetime:
     (datetime.datetime(2023, 5, 20, 0, 29), datetime.datetime(2023, 5, 8, 13, 56))
     """
     if not isinstance(text, str):
-        raise ValueError(f"date must be a string, got {type(text).__name__} {text!r}")
+        raise ValueError(f"date must be a string, got {type(text).__name__} {shown(text)}")
     for fmt in _DATE_FORMATS:
         try:
             return datetime.strptime(text.strip(), fmt)
@@ -110,7 +107,7 @@ def parse_date(text: str) -> datetime:
         return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
     except ValueError:
         expected = "e.g. '2023/05/20 (Sat) 00:29', '1:56 pm on 8 May, 2023' or ISO 8601 '2023-05-20T00:29'"
-        raise ValueError(f"unrecognized date {text!r}: expected {expected}") from None
+        raise ValueError(f"unrecognized date {shown(text)}: expected {expected}") from None
 
 
 def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id: str, date: datetime | str) -> Session:
@@ -123,7 +120,7 @@ def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id:
     >>> session_from_messages([{"role": "user", "content": "I moved to Lisbon."}], session_id="c1", date="2024-05-01").turns[0].role
     'user'
     """
-    sid = _checked(check_id, session_id, "session", where=session_id)
+    sid = _checked(check_id, session_id, "session", where=None)  # the message names the id: named once
     if not isinstance(messages, (list, tuple)):
         raise InputError(f"messages must be a list, got {type(messages).__name__}", record=sid)
     turns = []
@@ -235,7 +232,7 @@ def _strings(obj: Any, key: str, where: str | int, part: str = "") -> list[str]:
     return values
 
 
-def _checked(check: Callable[..., Any], *args: Any, where: str | int) -> Any:
+def _checked(check: Callable[..., Any], *args: Any, where: str | int | None) -> Any:
     """check(*args), its ValueError (a bad id or date, shown in the message) as an InputError naming the record."""
     try:
         return check(*args)
@@ -247,7 +244,7 @@ def _turn(role: Any, content: Any, sid: str, index: int, **extra: Any) -> Turn:
     """One checked Turn: a known role, string content of at most MAX_MESSAGE_CHARS."""
     role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
     if role not in ROLES:
-        raise InputError(f"message {index}: unknown role {role!r} (use user, assistant, system, human, ai)", record=sid)
+        raise InputError(f"message {index}: unknown role {shown(role)} (use user, assistant, system, human, ai)", record=sid)
     if not isinstance(content, str):
         raise InputError(f"message {index}: content must be a string, got {type(content).__name__}", record=sid)
     if len(content) > MAX_MESSAGE_CHARS:

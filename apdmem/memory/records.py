@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from apdmem.errors import InvalidIdError
+from apdmem.errors import InvalidIdError, shown
 
 ROLES = ("user", "assistant", "system")
 
@@ -20,7 +20,7 @@ def check_id(value: object, what: str) -> str:
     """Return `value` if it is usable as a user or session id, else raise InvalidIdError."""
     if not isinstance(value, str) or not _ID.match(value) or ".." in value or value.strip() != value or not _utf8(value):
         raise InvalidIdError(
-            f"invalid {what} id {value!r}: use 1-200 printable characters, "
+            f"invalid {what} id {shown(value)}: use 1-200 printable characters, "
             "without '/', '\\', '..', control characters, lone surrogates or surrounding spaces"
         )
     return value

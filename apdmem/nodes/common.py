@@ -8,9 +8,10 @@ from datetime import datetime
 from langsmith.run_helpers import get_current_run_tree
 
 from apdmem.auth import auth_on, token_user
-from apdmem.errors import ConfigError
+from apdmem.errors import ConfigError, InputError, shown
+from apdmem.limits import MAX_QUESTION_CHARS, check_limit
 from apdmem.memory.loaders import parse_date
-from apdmem.memory.records import Usage
+from apdmem.memory.records import Usage, readable
 
 
 def authenticated_user(runtime) -> str | None:
@@ -34,17 +35,37 @@ def open_memory(runtime, settings, memory=None):
     """The memory this run reads: the graph's own `memory` when it was built with one, else the user's in the
     store of `settings`. Behind server auth it is the authenticated user's, whatever the run's context claims:
     a context naming another user is refused."""
-    ctx = runtime.context
+    ctx = run_context(runtime)
     user = authenticated_user(runtime)
     if user is not None and ctx.user_id not in (user, "default"):
-        raise ConfigError(f"this run is authenticated as {user!r} and cannot read the memory of {ctx.user_id!r}")
+        raise ConfigError(f"this run is authenticated as {user!r} and cannot read the memory of {shown(ctx.user_id)}")
     return memory if memory is not None else settings.open_memory(user or ctx.user_id)
 
 
-def question_today(state) -> datetime:
-    """The question's date (now when none was given)."""
+def run_context(runtime):
+    """The run's `Context`; a run invoked without one (a Python caller) fails in one line saying what to give."""
+    if runtime.context is None:
+        raise ConfigError("the run has no context: give one, e.g. context={'user_id': 'alice'}")
+    return runtime.context
+
+
+def checked_input(state, runtime) -> tuple[str, datetime]:
+    """The run's question, with its lone surrogates replaced (`readable`), and its date (now when none was
+    given), checked where the controller starts: a missing, empty or non-string question, one over
+    MAX_QUESTION_CHARS, a question_date that is no date, or no run context fail the run with one line naming
+    the field. (The context's own fields are checked as LangGraph builds it: `Context.__post_init__`.)"""
+    run_context(runtime)
+    question = state.get("question")
+    if not isinstance(question, str) or not question.strip():
+        got = "none" if question is None else f"{type(question).__name__} {shown(question)}"
+        raise InputError(f"give the question as non-empty text, got {got}", source="question")
+    check_limit(len(question), MAX_QUESTION_CHARS, source="question", unit="characters")
     raw = state.get("question_date")
-    return parse_date(raw) if raw else datetime.now().replace(microsecond=0)
+    try:
+        today = parse_date(raw) if raw not in (None, "") else datetime.now().replace(microsecond=0)
+    except ValueError as exc:
+        raise InputError(str(exc), source="question_date") from None
+    return readable(question), today
 
 
 def usage_update(node: str, usage: Usage) -> dict:

@@ -16,9 +16,10 @@ from datetime import date, timedelta
 from pydantic import BaseModel, Field
 
 from apdmem import prompts
-from apdmem.memory.records import Usage, readable
+from apdmem.errors import shown
+from apdmem.memory.records import Usage
 from apdmem.models import ask_structured
-from apdmem.nodes.common import annotate, emit, question_today, usage_update
+from apdmem.nodes.common import annotate, checked_input, emit, usage_update
 
 WEEKDAYS = [d.lower() for d in calendar.day_name]
 MONTHS = [m.lower() for m in calendar.month_name[1:]]
@@ -41,10 +42,10 @@ class DateHint:
     start: date
     end: date
 
-    def describe(self) -> str:
+    def describe(self) -> str:  # isoformat, not %Y: year 1 is "0001"
         if self.start == self.end:
-            return f'"{self.expression}" = {self.start:%Y-%m-%d} ({self.start:%A})'
-        return f'"{self.expression}" = {self.start:%Y-%m-%d} to {self.end:%Y-%m-%d}'
+            return f'"{self.expression}" = {self.start.isoformat()} ({self.start:%A})'
+        return f'"{self.expression}" = {self.start.isoformat()} to {self.end.isoformat()}'
 
 
 def add_months(day: date, months: int) -> date:
@@ -120,7 +121,10 @@ def _rules(today: date):
         start = date(int(year), MONTHS.index(name.lower()) + 1, 1) if year else month_named(name.lower(), "in")[0]
         return start, add_months(start, 1) - timedelta(days=1)
 
-    last_weekend = weekday_before("saturday") if today.weekday() != 6 else today - timedelta(days=8)
+    def last_weekend() -> tuple[date, date]:
+        saturday = weekday_before("saturday") if today.weekday() != 6 else today - timedelta(days=8)
+        return saturday, saturday + timedelta(days=1)
+
     return [
         (r"the day before yesterday", lambda m: point(today - timedelta(days=2))),
         (r"yesterday", lambda m: point(today - timedelta(days=1))),
@@ -133,7 +137,7 @@ def _rules(today: date):
         # "the past week" is rolling even without a preposition ("the last week" alone may be "of June").
         (r"the past (day|week|month|year)", lambda m: (_shift(today, 1, m[1]), today)),
         (rf"(?:the )?(?:last|past) {_NUM} {_UNIT}", lambda m: (_shift(today, num(m[1]), m[2]), today)),
-        (r"(?:last|this past) weekend", lambda m: (last_weekend, last_weekend + timedelta(days=1))),
+        (r"(?:last|this past) weekend", lambda m: last_weekend()),
         (r"this weekend", lambda m: (weekday_after("saturday") if today.weekday() < 5 else today - timedelta(days=today.weekday() - 5), weekday_after("sunday") if today.weekday() != 6 else today)),
         (rf"(?:last|this past|on|previous) ({'|'.join(WEEKDAYS)})", lambda m: point(weekday_before(m[1].lower()))),
         (rf"next ({'|'.join(WEEKDAYS)})", lambda m: point(weekday_after(m[1].lower()))),
@@ -156,30 +160,35 @@ def _rules(today: date):
     ]
 
 
-def resolve_relative_dates(question: str, today: date) -> list[DateHint]:
-    """Every relative expression the parser recognizes, left to right, without overlaps.
+def resolve_relative_dates(question: str, today: date, ignored: list[str] | None = None) -> list[DateHint]:
+    """Every relative expression the parser recognizes, left to right, without overlaps. An expression that
+    names no date ("February 30") or one outside the calendar's years 1-9999 ("1000000 days ago") is left out,
+    and the reason appended to `ignored`.
 
     >>> [h.describe() for h in resolve_relative_dates("What did I buy last Saturday?", date(2023, 5, 30))]
     ['"last Saturday" = 2023-05-27 (Saturday)']
     """
-    taken: list[tuple[int, int]] = []
+    taken = bytearray(len(question))  # 1 for each character of an expression already recognized (linear, unlike pairs)
     hints: list[tuple[int, DateHint]] = []
     for pattern, resolve in _rules(today):
         for m in re.finditer(rf"\b(?:{pattern})\b", question, flags=re.I):
-            if any(m.start() < b and a < m.end() for a, b in taken):
+            if any(taken[m.start():m.end()]):
                 continue
+            taken[m.start():m.end()] = b"\x01" * (m.end() - m.start())  # its parts are no other expression
             try:
                 start, end = resolve(m)
-            except ValueError:  # a written date that is no date ("February 30")
+            except (ValueError, OverflowError) as exc:
+                reason = "outside the years 1-9999" if isinstance(exc, OverflowError) else str(exc)
+                if ignored is not None:
+                    ignored.append(f"{shown(m.group(0))}: {reason}")
                 continue
-            taken.append(m.span())
             hints.append((m.start(), DateHint(m.group(0), start, end)))
     return [h for _, h in sorted(hints, key=lambda x: x[0])]
 
 
 def unresolved_cues(question: str, hints: list[DateHint]) -> bool:
     """Whether the question has a temporal cue word outside every resolved expression."""
-    covered = " ".join(h.expression.lower() for h in hints)
+    covered = {word for h in hints for word in h.expression.lower().split()}  # a set: cues are words
     # "how many days ago ..." asks for an interval; the answer node computes it from the dates it is given.
     question = re.sub(r"\bhow (many|long) \w+( \w+)? ago\b", "", question, flags=re.I)
     return any(cue.group(0).lower() not in covered for cue in TEMPORAL_CUE.finditer(question))
@@ -213,17 +222,19 @@ def resolve_with_model(question: str, today: date, model, usage) -> list[DateHin
 
 
 def normalize_dates(state, runtime, *, settings) -> dict:
-    """Resolve relative dates in the question against the question date. This is the graph's first node: the
-    question the others read is the input's with lone surrogates replaced (`readable`)."""
-    ctx, today, usage = runtime.context, question_today(state).date(), Usage()
-    question = readable(state["question"])
+    """Resolve relative dates in the question against the question date. This is the graph's first node: it
+    checks the run's input (`checked_input`), and the question the others read is the input's with lone
+    surrogates replaced (`readable`)."""
+    question, asked = checked_input(state, runtime)
+    ctx, today, usage = runtime.context, asked.date(), Usage()
     hints: list[DateHint] = []
+    ignored: list[str] = []  # expressions that name no date of the calendar: nothing to search near, said in the trace
     if ctx.date_normalization:
-        hints = resolve_relative_dates(question, today)
+        hints = resolve_relative_dates(question, today, ignored)
         if unresolved_cues(question, hints):
             hints += resolve_with_model(question, today, settings.controller(), usage)
-    annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints])
-    if hints:
-        emit(runtime, event="dates", today=f"{today:%Y-%m-%d}", dates=[h.describe() for h in hints])
+    annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints], ignored_dates=ignored)
+    if hints or ignored:
+        emit(runtime, event="dates", today=f"{today:%Y-%m-%d}", dates=[h.describe() for h in hints], ignored=ignored)
     return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

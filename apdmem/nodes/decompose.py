@@ -4,6 +4,7 @@ passes through."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
@@ -27,7 +28,8 @@ def decompose(state, runtime, *, settings) -> dict:
     question = state["question"]
     queries = [question]
     if ctx.decomposition:
-        queries += [q for q in events(question) if q.lower() != question.lower()][: ctx.max_queries - 1]
+        lowered = question.lower()
+        queries += [q for q in events(question) if q.lower() != lowered][: ctx.max_queries - 1]
         prompt = prompts.DECOMPOSE.format(today=state.get("today", ""), question=question, max_queries=ctx.max_queries)
         out = ask_structured(settings.controller(), SubQueries, prompt, usage)
         for query in out.queries if out else []:
@@ -46,8 +48,14 @@ def usable(query: str, question: str) -> bool:
     >>> usable("when did I start reading The Nightingale", "How long did The Nightingale take me?"), usable(".com/en-US", "How often do I see Dr. Smith?")
     (True, False)
     """
-    words = set(tokenize(query))
-    return bool(words & set(tokenize(question))) and "\n" not in query
+    return "\n" not in query and not _words(question).isdisjoint(tokenize(query))
+
+
+@lru_cache(maxsize=4)
+def _words(question: str) -> frozenset[str]:
+    """The question's words, tokenized once: `events` checks each of its parts against them (as many parts as
+    a crafted question has clauses)."""
+    return frozenset(tokenize(question))
 
 
 # --- Events: one sub-query per event a comparison or interval question names (deterministic, no model) ---
@@ -57,13 +65,19 @@ _BOUNDARY = {"in", "on", "of", "for", "to", "at", "with", "from", "about", "by",
              "does", "i", "my", "the", "between", "what", "which", "how", "who"} - {"my", "the"}
 # An aggregation or a difference over items the question names: "the total cost of X and Y", "how much ... X and Y".
 _AGGREGATE = re.compile(r"^how (?:many|much)\b|\b(?:total|combined|altogether|both|sum|difference)\b", re.I)
-_END = r"[\s?.!]*$"  # not \W: a quoted title keeps its closing quote
-_CHOICE = re.compile(rf"^(?P<frame>(?:which|who|what|whom|where|did|do|was|is)\b[^,]+),\s*(?P<options>.+?\bor\b.+?){_END}", re.I)
-_BETWEEN = re.compile(rf"^(?P<frame>.*?\bbetween)\s+(?P<pair>.+?\band\b.+?){_END}", re.I)
-_OFFSET = re.compile(r"^(?P<frame>how (?:many|much|long)\b.*?)\b(?:before|after)\s+(?P<a>.+?)\s+"
-                     rf"(?P<b>(?:did|do|was|were|had|have)\s+I\b.+?){_END}", re.I)
+# The patterns below read the question without its closing punctuation, stripped once (not \W: a quoted title
+# keeps its closing quote). Each matches in linear time: a frame ends at the first "between", "before" or
+# "after" (an atomic group; trying each later one again made a crafted question quadratic).
+_END = " ?.!"
+_CHOICE = re.compile(r"^(?P<frame>(?:which|who|what|whom|where|did|do|was|is)\b[^,]+),\s*(?P<options>.+?\bor\b.+)$", re.I)
+_BETWEEN = re.compile(r"^(?>(?P<frame>.*?\bbetween))\s+(?P<pair>.+?\band\b.+)$", re.I)
+_OFFSET = re.compile(r"^(?>(?P<frame>how (?:many|much|long)\b.*?)\b(?:before|after))\s+(?P<a>.+?)\s+"
+                     r"(?P<b>(?:did|do|was|were|had|have)\s+I\b.+)$", re.I)
 _CLAUSES = re.compile(r"\s+(?:when|before|after|while)\s+(?=I\b|my\b|the\b|we\b)", re.I)
-_SINCE = re.compile(rf"^how (?:many|much|long)\b.*?\b(?:ago\s+(?:did|was|were|had|have)\s+I|since)\s+(?P<event>.+?){_END}", re.I)
+_SINCE = re.compile(r"^how (?:many|much|long)\b.*?\b(?:ago\s+(?:did|was|were|had|have)\s+I|since)\s+(?P<event>.+)$", re.I)
+# Options or items a question names that are made queries, each with the question's frame: a question naming
+# more is a list, and a crafted one's thousands of items would repeat its frame thousands of times.
+_MOST_ITEMS = 8
 _JOINERS = re.compile(r"\s+(?:and|compared to|versus|vs\.?|than)\s+", re.I)
 
 
@@ -85,16 +99,17 @@ def events(question: str) -> list[str]:
     ['How many days passed between the day I moved', 'How many days passed between the day I adopted a cat']
     """
     question = " ".join(question.split())
-    if match := _CHOICE.match(question):
+    body = question.rstrip(_END)
+    if match := _CHOICE.match(body):
         options = [o for o in re.split(r"\s*,\s*(?:or\s+)?|\s+or\s+", match["options"]) if o and o.lower() != "not"]
-        found = [f"{match['frame']} {o}" for o in options] if len(options) > 1 else []
-    elif match := _BETWEEN.match(question):
+        found = [f"{match['frame']} {o}" for o in options[:_MOST_ITEMS]] if len(options) > 1 else []
+    elif match := _BETWEEN.match(body):
         found = [f"{match['frame']} {e}" for e in _pair(match["pair"])]
-    elif match := _OFFSET.match(question):
+    elif match := _OFFSET.match(body):
         found = [f"{match['frame'].strip()} {match['a']}", match["b"]]
     elif len(parts := _CLAUSES.split(question.rstrip("?. "))) > 1:
         found = parts
-    elif match := _SINCE.match(question):
+    elif match := _SINCE.match(body):
         found = [match["event"]]
     else:
         found = _items(question)
@@ -135,6 +150,6 @@ def _items(question: str) -> list[str]:
     if start >= len(words):
         return []
     frame, boundary = " ".join(words[:start]), words[start - 1].lower() if start else ""
-    items = [" ".join(words[start:])] + _JOINERS.split(text[joiner.end():])
+    items = [" ".join(words[start:])] + _JOINERS.split(text[joiner.end():])[: _MOST_ITEMS - 1]
     items = [re.sub(rf"^{re.escape(boundary)}\s+", "", i, flags=re.I) if boundary else i for i in items]
     return [f"{frame} {i}".strip() for i in items if i]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from datetime import timedelta
 
 from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.index import tokenize
@@ -128,8 +127,8 @@ def dated_near(candidate: dict, start: str, end: str) -> bool:
     >>> dated_near({"date": "2023-03-17T09:30:00"}, "2023-03-15", "2023-03-15")
     True
     """
-    day, slack = as_date(candidate["date"]), timedelta(days=DATE_SLACK_DAYS)
-    return as_date(start) - slack <= day <= as_date(end) + slack
+    day = as_date(candidate["date"])  # distances, not start - slack: that is no date near year 1
+    return (as_date(start) - day).days <= DATE_SLACK_DAYS and (day - as_date(end)).days <= DATE_SLACK_DAYS
 
 
 def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]], date_ranges=()) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from langchain_core.documents import Document
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from apdmem.errors import InputError, InvalidIdError, UnknownSessionError
+from apdmem.errors import InputError, InvalidIdError, UnknownSessionError, shown
 from apdmem.graph.state import Evidence
+from apdmem.limits import MAX_QUESTION_CHARS, MAX_SEARCH_K, MAX_TURNS_PER_READ, check_limit
 from apdmem.memory.layers import TURN_CHARS
 from apdmem.memory.records import Usage
 from apdmem.memory.retriever import SEARCH_K, parse_date_range, rerank
@@ -69,20 +70,22 @@ def format_evidence(items: list[Evidence]) -> str:
 
 def parse_turns(text: str | None) -> list[int] | None:
     """'3,5-7' (1-based, as shown to agents) -> [2, 4, 5, 6]; empty -> None (all). Raises ValueError, saying
-    what is expected, for anything else ("first", "0", "7-5").
+    what is expected, for anything else ("first", "0", "7-5"), and LimitError (one too) for more than
+    MAX_TURNS_PER_READ turns ("1-100000000"): they are counted before any is listed.
 
     >>> parse_turns("3,5-7"), parse_turns("")
     ([2, 4, 5, 6], None)
     """
     if not text or not text.strip():
         return None
-    out: list[int] = []
+    spans: list[range] = []
     for part in text.split(","):
         low, dash, high = (p.strip() for p in part.partition("-"))
         if not low.isdigit() or (dash and not high.isdigit()) or int(low) < 1 or int(high or low) < int(low):
-            raise ValueError(f"turns must be 1-based numbers and ranges like '3,5-7', not {text!r}")
-        out.extend(range(int(low) - 1, int(high or low)))
-    return out
+            raise ValueError(f"turns must be 1-based numbers and ranges like '3,5-7', not {shown(text)}")
+        spans.append(range(int(low) - 1, int(high or low)))
+    check_limit(sum(len(span) for span in spans), MAX_TURNS_PER_READ, source="turns", unit="turns")
+    return [turn for span in spans for turn in span]
 
 
 # --- tools for an agent -----------------------------------------------------------------------------------------
@@ -90,17 +93,16 @@ def parse_turns(text: str | None) -> list[int] | None:
 # what is valid (raised as ToolException inside the tool, returned as the tool's result by `handle_tool_error`),
 # never an exception that ends the agent's run, never an empty result that looks like "nothing there".
 
-MAX_K = 50
 LISTED_SESSIONS = 20  # an unknown session's message lists the valid ids when there are at most this many
 
 
 def _no_session(memory, session_id: str) -> ToolException:
     ids = memory.session_ids()
     if not ids:
-        return ToolException(f"There is no session {session_id!r}: this memory holds no sessions yet.")
+        return ToolException(f"There is no session {shown(session_id)}: this memory holds no sessions yet.")
     if len(ids) <= LISTED_SESSIONS:
-        return ToolException(f"There is no session {session_id!r}. The sessions you may read are: {', '.join(ids)}.")
-    return ToolException(f"There is no session {session_id!r}. This memory holds {len(ids)} sessions: find the ones "
+        return ToolException(f"There is no session {shown(session_id)}. The sessions you may read are: {', '.join(ids)}.")
+    return ToolException(f"There is no session {shown(session_id)}. This memory holds {len(ids)} sessions: find the ones "
                          "you need with search_memory, which names each session's id.")
 
 
@@ -164,8 +166,11 @@ def make_memory_tools(memory) -> list[BaseTool]:
         date_range, like '2023-05-01..2023-05-31', ranks the sessions of those days first (empty: no preference)."""
         if not query.strip():
             raise ToolException("The query is empty: say what to look for, e.g. 'my dog's name'.")
-        if not 1 <= k <= MAX_K:
-            raise ToolException(f"k must be between 1 and {MAX_K}, got {k}.")
+        if not 1 <= k <= MAX_SEARCH_K:
+            raise ToolException(f"k must be between 1 and {MAX_SEARCH_K}, got {k}.")
+        if len(query) > MAX_QUESTION_CHARS:
+            raise ToolException(f"The query is {len(query):,} characters, over the limit of {MAX_QUESTION_CHARS:,}: "
+                                "say in a sentence what to look for.")
         try:
             dates = parse_date_range(date_range) if date_range.strip() else None
         except InputError as error:
