@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError
+from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError, warn_once
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.links import LinkTable, threshold
@@ -100,6 +100,7 @@ class Generations:
         self._swap = threading.Lock()
         self.current = Generation(None, self.parse_manifest(None), None)
         self._read_once = False
+        self.repairs: list[str] = []  # what `repair` did, for a caller's report (`Memory.reindex`)
 
     # --- reading (no lock taken, nothing written unless something needs a repair) ---------------------------
 
@@ -127,8 +128,8 @@ class Generations:
             try:
                 with self.writer():  # repaired under the lock, as a writer would
                     pass
-            except StoreError:  # a read-only store: repaired in memory, for this reader only
-                self.adopt(self.repair(raw, str(damage), save=False))
+            except StoreError as refused:  # a read-only store: repaired in memory, for this reader only
+                self.adopt(self.repair(raw, str(damage), unsaved=str(refused)))
         self._read_once = True
 
     def adopt(self, generation: Generation) -> None:
@@ -378,13 +379,15 @@ class Generations:
 
     # --- repair -----------------------------------------------------------------------------------------------
 
-    def repair(self, raw: bytes | None, damage: str, *, save: bool = True) -> Generation:
-        """Rebuild what a reader could not use (under the writer lock, or with ``save=False`` in memory only):
+    def repair(self, raw: bytes | None, damage: str, *, unsaved: str | None = None) -> Generation:
+        """Rebuild what a reader could not use (under the writer lock, or, when the store refused the writer
+        (`unsaved` says why), in memory only):
         the listing from the stored sessions if the manifest is missing or unreadable, whole sessions that
         are not listed are listed again, the index is rebuilt from the L0 layers if it does not fit, the link
         table from the index; listed
         sessions that can no longer be read are dropped from the listing (their files are kept). Logs a
-        warning naming what was repaired."""
+        warning naming what was repaired (in memory: once per process, though every open repairs again)."""
+        save = unsaved is None
         try:
             manifest = self.parse_manifest(raw) if raw is not None else None
         except Damaged:
@@ -420,11 +423,15 @@ class Generations:
             generation = self.sweep(self.commit(Generation(raw, manifest, index, links)))
         else:
             generation = Generation(raw, manifest, index, links)
-        log.warning("apdmem: repaired the memory of user %r (%s): %s%s%s%s", self.user_id, damage,
-                    f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept",
-                    f"; listed again: {', '.join(sorted(relisted))}" if relisted else "",
-                    f"; dropped from the listing: {', '.join(dropped)}" if dropped else "",
-                    "" if save else " (in memory only: the store is read-only)")
+        what = (f"repaired the memory of user {self.user_id!r} ({damage}): "
+                + (f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept")
+                + (f"; listed again: {', '.join(sorted(relisted))}" if relisted else "")
+                + (f"; dropped from the listing: {', '.join(dropped)}" if dropped else ""))
+        self.repairs.append(what)
+        if save:
+            log.warning("apdmem: %s", what)
+        else:
+            warn_once(f"apdmem: {what} (in memory only: {unsaved})", key=self.store.location)
         return generation
 
     def _index_units(self, index: UnitIndex, session_ids: list[str], sessions: dict) -> None:
@@ -498,8 +505,8 @@ class Generations:
         session = layers.parse_l3(text.decode("utf-8", "replace")) if text is not None else None
         if session is None or session_key(session.session_id) != folder:
             return None
-        log.warning("apdmem: session.json of session %r of user %r was unreadable; rebuilt from its L3.md",
-                    session.session_id, self.user_id)
+        warn_once(f"apdmem: session.json of session {session.session_id!r} of user {self.user_id!r} was unreadable; "
+                  "rebuilt from its L3.md", key=self.store.location)  # met at every read until a writer saves it
         return session
 
     def read_units(self, session_id: str, *, repair: bool = True) -> list[Unit]:
@@ -515,7 +522,8 @@ class Generations:
         if session is None:
             return []
         units = [layers.raw_unit(session, a, b) for a, b in layers.window_spans(len(session.turns), self.window, self.stride)]
-        log.warning("apdmem: L0 of session %r of user %r was unreadable; rebuilt from its messages", session_id, self.user_id)
+        warn_once(f"apdmem: L0 of session {session_id!r} of user {self.user_id!r} was unreadable; rebuilt from its "
+                  "messages", key=self.store.location)
         if repair:
             try:
                 with self.writing, self.store.writer(wait=False) as held:
