@@ -119,13 +119,17 @@ def cmd_reindex(args) -> None:
     for user in stored_users(Settings(store=args.store).store) if args.all_users else [args.user]:
         report = Memory.reindex(user, store=args.store, embeddings=args.embeddings, base_url=args.base_url,
                                 progress=not args.quiet)
+        for repair in report.repaired:
+            print(repair, flush=True)  # "repaired the memory of user ...: what was rebuilt"
         if report.reindexed:
+            kept = f"; {report.resumed} sessions' vectors kept from an interrupted reindex" if report.resumed else ""
             print(f"user {user!r}: {report.sessions} sessions, {report.units} L0 units re-embedded with {report.space!r} "
-                  f"(was {report.recorded!r}) in {report.seconds:.1f}s", flush=True)
+                  f"(was {report.recorded!r}) in {report.seconds:.1f}s{kept}", flush=True)
         elif report.recorded is None:
             print(f"user {user!r}: no memory in this store; nothing to do", flush=True)
         else:
-            print(f"user {user!r}: already embedded with {report.space!r}; nothing to do", flush=True)
+            now = "now" if report.repaired else "already"
+            print(f"user {user!r}: {now} embedded with {report.space!r}; nothing to do", flush=True)
 
 
 def cmd_migrate(args) -> None:

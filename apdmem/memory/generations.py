@@ -11,11 +11,14 @@ A user's store holds, under ``users/<user>/``:
 - ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
   once read).
 
-and, while a writer changes the files of some sessions, their ids under ``"unfinished"``.
+and, while a writer changes the files of some sessions, their ids under ``"unfinished"``; while a reindex runs
+(or after one was killed), ``reindex/<space>/<session>``: the vectors it saved so far, each with a digest of the
+texts they embed.
 
-Writers (ingest, forget, the cache of L1/L2) hold the user's writer lock while they change the store, re-read
-the manifest under it, and write the manifest last; the work that takes long (models, embeddings) happens
-before the lock is taken. Before a writer creates, replaces or deletes the files of a session it names the
+Writers (ingest, forget, the cache of L1/L2, a reindex's commit) hold the user's writer lock while they change
+the store, re-read the manifest under it, and write the manifest last; the work that takes long (models,
+embeddings) happens before the lock is taken, and a reindex saves the vectors it makes meanwhile without it
+(under ``reindex/``, which no reader reads). Before a writer creates, replaces or deletes the files of a session it names the
 session unfinished in the manifest (unlisting an old version); its commit lists the new version and clears the
 mark. So a writer killed at any moment leaves either files the manifest names as unfinished (debris) or a
 whole session still listed; and ``session.json`` is written last, so a folder with a readable one is whole.
@@ -32,6 +35,7 @@ may be deleted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -52,7 +56,7 @@ from apdmem.models import recorded_space
 FORMAT = 2
 READ_ATTEMPTS = 20  # a reader starts over this often when writers keep replacing the generation it reads
 MAX_GENERATION = 2**53  # generation numbers are file names and JSON numbers: a larger one is damage
-REEMBED_CHUNK = 32  # sessions re-embedded per step of a reindex (its progress)
+REEMBED_CHUNK = 32  # sessions re-embedded, and their vectors saved in one write, per step of a reindex
 
 log = logging.getLogger("apdmem")
 
@@ -101,6 +105,7 @@ class Generations:
         self.current = Generation(None, self.parse_manifest(None), None)
         self._read_once = False
         self.repairs: list[str] = []  # what `repair` did, for a caller's report (`Memory.reindex`)
+        self.resumed = 0  # sessions whose vectors the last `reembed` found saved by an interrupted one
 
     # --- reading (no lock taken, nothing written unless something needs a repair) ---------------------------
 
@@ -292,22 +297,58 @@ class Generations:
             self._delete_session(sid)
         return begun
 
-    def reembed(self, current: Generation, progress: Callable[[int], object] = lambda units: None) -> Generation:
+    def reembed(self, progress: Callable[[int], object] = lambda units: None) -> Generation | None:
         """Commit a new generation of the same sessions whose index holds every L0 unit embedded again, from the text
         of the session's L0 layer, with this object's embeddings, and whose manifest records their space; nothing
-        but the index and the manifest changes. Called under the writer lock, with `current` read under it.
-        `progress` is given the number of units embedded after each chunk of sessions.
+        but the index and the manifest changes. Returns it, or None when the memory records this space already
+        (another reindex finished first). `progress` is given the number of units embedded after each chunk.
 
-        Crash-safe as every commit: the new index is written first and the manifest that makes it current last, so
-        a writer killed before leaves the old generation current and the new index files as debris."""
-        manifest = json.loads(json.dumps(current.manifest))
-        manifest["embeddings"] = self.space
-        index, sessions = UnitIndex(self._dimension(), self.lexical), list(manifest["sessions"])
+        The embedding, the long part, holds no lock (no transaction in PostgreSQL): nothing but a reindex writes a
+        memory of another space. Each chunk of `REEMBED_CHUNK` sessions is embedded and its vectors saved at
+        once (``reindex/<space>/<session>``, one write), so a reindex killed midway keeps what it saved, and run
+        again it embeds only the rest (`resumed` counts the sessions it found saved). The commit, under the writer
+        lock, reads the listing again and embeds what changed meanwhile; the saved vectors are then debris (see
+        `_debris`). Killed before its manifest is written, it leaves the old generation current."""
+        self.resumed = 0
+        sessions = list(self.current.manifest["sessions"])
         for i in range(0, len(sessions), REEMBED_CHUNK):
-            before = len(index.units)
-            self._index_units(index, sessions[i : i + REEMBED_CHUNK], manifest["sessions"])
-            progress(len(index.units) - before)
-        return self.commit(Generation(current.raw, manifest, index))
+            vectors = self._session_vectors(sessions[i : i + REEMBED_CHUNK], save=True)
+            progress(sum(len(units) for units, _ in vectors.values()))
+        with self.writer() as current:
+            if self.own_space(current.manifest):
+                return None
+            manifest = json.loads(json.dumps(current.manifest))
+            manifest["embeddings"] = self.space
+            index = UnitIndex(self._dimension(), self.lexical)
+            for sid, (units, vectors) in self._session_vectors(list(manifest["sessions"]), save=False).items():
+                manifest["sessions"][sid]["units"] = len(units)
+                index.add(units, vectors)
+            return self.commit(Generation(current.raw, manifest, index))
+
+    def _session_vectors(self, session_ids: list[str], *, save: bool) -> dict[str, tuple[list[Unit], np.ndarray]]:
+        """The L0 units of these sessions with their vectors in this object's space: the vectors a reindex saved
+        for the same texts, else embedded now (and, with `save`, saved in one write). Counts the saved ones found
+        in `resumed` when saving."""
+        units = {sid: self.read_units(sid, repair=False) for sid in session_ids}
+        texts = {sid: [t for u in units[sid] for t in u.embed_texts] for sid in session_ids}
+        keys = {sid: f"reindex/{_space_tag(self.space)}/{session_key(sid)}" for sid in session_ids}
+        out = {}
+        for sid, raw in zip(session_ids, self.store.get_many(list(keys.values()))):
+            vectors = _saved_vectors(raw, texts[sid], self._dimension())
+            if vectors is not None:
+                out[sid] = (units[sid], vectors)
+        todo = [sid for sid in session_ids if sid not in out]
+        if save:
+            self.resumed += len(out)
+        if todo:
+            vectors = self._embed([t for sid in todo for t in texts[sid]])
+            start = 0
+            for sid in todo:
+                out[sid] = (units[sid], vectors[start : start + len(texts[sid])])
+                start += len(texts[sid])
+            if save:
+                self.store.put({keys[sid]: _vectors_value(texts[sid], out[sid][1]) for sid in todo})
+        return {sid: out[sid] for sid in session_ids}
 
     def forget(self, current: Generation, session_id: str) -> None:
         """Remove a listed session: the new generation first (without it, and naming it unfinished; its commit
@@ -336,7 +377,9 @@ class Generations:
           without one, no index file is known to be old);
         - the files of a session the manifest names as unfinished and does not list: a forget or a
           replacement committed its removal, or an ingestion announced it and was killed before its commit;
-        - temporary files of an interrupted write, and links (a store never holds one: a link is planted).
+        - temporary files of an interrupted write, and links (a store never holds one: a link is planted);
+        - vectors saved by a reindex into the space the manifest records (it is done) or of a session the manifest
+          does not list.
 
         A session's own files are never debris because a listing is missing, unreadable or lacks it: such
         a session is listed again by `repair`.
@@ -349,6 +392,9 @@ class Generations:
         for sid in manifest.get("unfinished", []):
             if session_key(sid) not in listed:
                 keys += self.store.keys(f"sessions/{session_key(sid)}/")
+        if generation.raw is not None:
+            done = _space_tag(recorded_space(manifest.get("embeddings")))
+            keys += [k for k in self.store.keys("reindex/") if k.split("/")[1] == done or k.split("/")[-1] not in listed]
         return keys, self.store.leftovers()
 
     def _needs_sweep(self, generation: Generation) -> bool:
@@ -410,7 +456,7 @@ class Generations:
                         index.remove(sid)
                 elif save:
                     self.store.put_json({key(sid, "session.json"): session.to_json()})
-        rebuilt = index is None
+        rebuilt, was = index is None, recorded_space(manifest.get("embeddings"))
         if rebuilt:
             index = UnitIndex(self._dimension(), self.lexical)
             manifest["embeddings"] = self.space  # a reindex may have read a memory of another space
@@ -425,6 +471,7 @@ class Generations:
             generation = Generation(raw, manifest, index, links)
         what = (f"repaired the memory of user {self.user_id!r} ({damage}): "
                 + (f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept")
+                + (f", embedded with {self.space!r} (was {was!r})" if rebuilt and was != self.space else "")
                 + (f"; listed again: {', '.join(sorted(relisted))}" if relisted else "")
                 + (f"; dropped from the listing: {', '.join(dropped)}" if dropped else ""))
         self.repairs.append(what)
@@ -548,6 +595,34 @@ class Generations:
             self.store.put_json({key(sid, "session.json"): session.to_json()})
         else:
             self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+
+
+def _space_tag(space: object) -> str:
+    """A file name for an embedding space (the folder of a reindex's saved vectors)."""
+    return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:16]
+
+
+def _vectors_value(texts: list[str], vectors: np.ndarray) -> bytes:
+    """What a reindex saves for a session: a header naming the texts (by digest) and the shape, then the vectors."""
+    header = {"texts": _digest(texts), "shape": list(vectors.shape)}
+    return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+
+
+def _saved_vectors(raw: bytes | None, texts: list[str], dimension: int) -> np.ndarray | None:
+    """The vectors `_vectors_value` saved for exactly these texts, in this dimension; None for anything else."""
+    try:
+        head, body = raw.split(b"\n", 1)
+        header = json.loads(head)
+        vectors = np.frombuffer(body, dtype="<f4").reshape(len(texts), dimension)
+    except (AttributeError, ValueError, TypeError, RecursionError):
+        return None
+    if header != {"texts": _digest(texts), "shape": [len(texts), dimension]} or not np.isfinite(vectors).all():
+        return None
+    return vectors.astype(np.float32)
+
+
+def _digest(texts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
 
 
 def _settle(manifest: dict, done) -> None:
