@@ -905,6 +905,7 @@ PLANTED_DIRECTORIES = {  # where a directory is planted, in alice's folder
     "links.json": lambda folder: folder / "index" / str(generation_of(folder)) / "links.json",
     "session.json": lambda folder: folder / "sessions" / "s-dog" / "session.json",
     "manifest.json": lambda folder: folder / "manifest.json",
+    ".lock": lambda folder: folder / ".lock",
 }
 
 
@@ -918,7 +919,7 @@ def test_a_directory_planted_where_a_file_belongs_is_rebuilt_or_named_in_one_lin
     bob_unchanged = beside_bob(directory)
     links = Memory("alice", store=str(directory), l0_mode="raw").links()
     path = PLANTED_DIRECTORIES[planted](folder)
-    path.unlink()
+    path.unlink(missing_ok=True)
     path.mkdir()
     (path / "note.txt").write_text("planted")
     code, out, err = cli(capsys, "sessions", "--user", "alice", "--store", str(directory))

@@ -260,7 +260,10 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                 yield False
                 return
             with _refused(self.root_path), self._folder(self._parts(namespace), create=True) as fd:
-                handle = _open_lock(fd)
+                try:
+                    handle = _open_lock(fd)
+                except IsADirectoryError:
+                    raise _in_the_way(self.root_path, f"{namespace}/{LOCK_NAME}", "a folder", "a file") from None
             with os.fdopen(handle, "a+b") as lock:
                 try:
                     fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
