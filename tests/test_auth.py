@@ -370,10 +370,10 @@ def wait_for_a_run(client, thread: str, moment: float, timeout: float = 200) -> 
 
 @pytest.mark.slow
 def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_path, history):
-    """Issue 30 item 1, with `langgraph dev` restarted over its kept crons: after APDMEM_AUTH_NOT_BEFORE revokes
-    alice's tokens her cron writes nothing more (bob's, scheduled alike, still runs), and after the secret
-    changes neither does bob's (carol's, made with the new secret, runs). A new token of alice's sees her cron,
-    to delete it."""
+    """Issue 30 item 1, with `langgraph dev` restarted over its kept crons and runs: after APDMEM_AUTH_NOT_BEFORE
+    revokes alice's tokens her cron writes nothing more, nor does the background run she queued before (bob's
+    cron, scheduled alike, still runs), and after the secret changes neither does bob's (carol's, made with the
+    new secret, runs). A new token of alice's sees her cron, to delete it."""
     from langgraph_sdk import get_sync_client
 
     memory_dir = tmp_path / "memory"
@@ -394,6 +394,8 @@ def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_pa
             threads[user] = client(user).threads.create()["thread_id"]
             crons[user] = client(user).crons.create_for_thread(threads[user], "remember", schedule="* * * * *",
                                                                input=cron_note(user))["cron_id"]
+        queued = client("alice").runs.create(threads["alice"], "remember", after_seconds=45,
+                                             input={**cron_note("alice"), "session_id": "queued-alice"})
     assert time.time() % 60 > 1  # no minute began meanwhile: neither cron has run yet
 
     revoked_at = int(time.time())
@@ -403,8 +405,11 @@ def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_pa
         assert [c["cron_id"] for c in alice.crons.search()] == [crons["alice"]]  # hers, to delete
         fired = runs_since(alice, threads["alice"], revoked_at)
         assert all(run["status"] == "error" for run in fired), fired
+        alice.runs.join(threads["alice"], queued["run_id"])  # queued before the revocation, run after it
+        assert alice.runs.get(threads["alice"], queued["run_id"])["status"] == "error"
     listed = Memory("alice", store=str(memory_dir), l0_mode="raw").session_ids()
-    assert "cron-alice" not in listed and "cron-bob" in Memory("bob", store=str(memory_dir), l0_mode="raw").session_ids()
+    assert not {"cron-alice", "queued-alice"} & set(listed)
+    assert "cron-bob" in Memory("bob", store=str(memory_dir), l0_mode="raw").session_ids()
 
     Memory("bob", store=str(memory_dir), l0_mode="raw").forget("cron-bob")
     new_secret = "another-secret-of-some-length"
