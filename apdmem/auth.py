@@ -11,7 +11,9 @@ laptop), requests are anonymous and the run's ``user_id`` is trusted.
 A token lives at most `MAX_DAYS` and carries the time it was issued. ``APDMEM_AUTH_NOT_BEFORE`` in the
 server's environment revokes tokens issued before a time: a single time for every user
 (``2026-12-03T15:40:00Z``, or Unix seconds), or a JSON object of times per user id, ``"*"`` for everyone
-(``{"alice": "2026-12-03T15:40:00Z"}``). Changing the secret revokes every token.
+(``{"alice": "2026-12-03T15:40:00Z"}``). Changing the secret revokes every token. What a token started and
+runs later (a cron's runs, a background run) is refused as soon as that token would be: the run's user keeps
+the token's times and a name of the secret (`token_user`).
 
 >>> token = make_token("alice", "a-long-server-secret", days=1)
 >>> verify_token(token, "a-long-server-secret")
@@ -65,21 +67,38 @@ def verify_token(token: str, secret: str, not_before: dict[str, float] | None = 
     """The user a token names, or None unless it is signed with `secret`, of this version, issued at most
     `MAX_DAYS` before it expires, unexpired, and issued no earlier than the user's (or everyone's, ``"*"``)
     time in `not_before`."""
+    claims = _signed_claims(token, secret)
+    return claims[0] if claims is not None and _admitted(*claims, not_before) else None
+
+
+def _signed_claims(token: str, secret: str) -> tuple[str, int, int] | None:
+    """(user, issued, expires) of a token of this version signed with `secret`; None for anything else."""
     parts = token.split(".")
     if len(parts) != 5 or parts[0] != _VERSION or not (parts[2].isdigit() and parts[3].isdigit()):
         return None
     payload = ".".join(parts[:4])
     if not hmac.compare_digest(parts[4].encode(), _signature(payload, secret).encode()):
         return None
-    issued, expires, now = int(parts[2]), int(parts[3]), time.time()
-    if not (issued <= now + _CLOCK_SKEW and now < expires and expires - issued <= MAX_DAYS * 86400):
-        return None
     try:
         user = check_id(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode(), "user")
     except ValueError:
         return None
+    return user, int(parts[2]), int(parts[3])
+
+
+def _admitted(user: str, issued: int, expires: int, not_before: dict[str, float] | None) -> bool:
+    """Whether a token of `user` issued and expiring at these times is accepted now: issued at most `MAX_DAYS`
+    before it expires, not in the future, unexpired, and not revoked by `not_before`."""
+    now = time.time()
+    if not (issued <= now + _CLOCK_SKEW and now < expires and expires - issued <= MAX_DAYS * 86400):
+        return False
     revoked_before = max((not_before or {}).get(user, 0), (not_before or {}).get("*", 0))
-    return user if issued >= revoked_before else None
+    return issued >= revoked_before
+
+
+def secret_id(secret: str) -> str:
+    """A name of the secret that does not reveal it: what a run keeps to tell whether the secret changed since."""
+    return _signature("apdmem secret id", secret)[:16]
 
 
 def not_before(raw: str | None) -> dict[str, float]:
@@ -117,25 +136,39 @@ def auth_on() -> bool:
 auth = Auth()
 
 
+def _revocations() -> dict[str, float]:
+    """``APDMEM_AUTH_NOT_BEFORE`` as `not_before` reads it; raises ConfigError when it is malformed."""
+    try:
+        return not_before(os.environ.get(NOT_BEFORE_ENV))
+    except (ConfigError, ValueError, AttributeError) as exc:  # fail closed: a broken revocation list admits nobody
+        raise ConfigError(f"the server's {NOT_BEFORE_ENV} is malformed: {exc}") from None
+
+
 @auth.authenticate
 async def authenticate(authorization: str | None) -> Auth.types.MinimalUserDict:
-    """Bearer tokens when the server has a secret; anonymous requests otherwise."""
+    """Bearer tokens when the server has a secret; anonymous requests otherwise. The user carries the token's
+    issue and expiry times and the secret's `secret_id`, so that a run started later in its name (a cron's, a
+    background run) is checked against the same token then (`token_user`)."""
     if not auth_on():
         return {"identity": "anonymous", "is_authenticated": False}
     try:
-        revoked = not_before(os.environ.get(NOT_BEFORE_ENV))
-    except (ConfigError, ValueError, AttributeError) as exc:  # fail closed: a broken revocation list admits nobody
-        raise Auth.exceptions.HTTPException(status_code=401, detail=f"the server's {NOT_BEFORE_ENV} is malformed: {exc}")
+        revoked = _revocations()
+    except ConfigError as exc:
+        raise Auth.exceptions.HTTPException(status_code=401, detail=str(exc))
     scheme, _, token = (authorization or "").partition(" ")
-    user = verify_token(token.strip(), os.environ[SECRET_ENV], revoked) if scheme.lower() == "bearer" else None
-    if user is None:
+    secret = os.environ[SECRET_ENV]
+    claims = _signed_claims(token.strip(), secret) if scheme.lower() == "bearer" else None
+    if claims is None or not _admitted(*claims, revoked):
         raise Auth.exceptions.HTTPException(status_code=401, detail="missing, invalid, expired or revoked apdmem token")
-    return {"identity": user}
+    user, issued, expires = claims
+    return {"identity": user, "issued": issued, "expires": expires, "secret_id": secret_id(secret)}
 
 
 def token_user(user) -> str | None:
-    """The user id of a request's or run's user when it is one `authenticate` made from an apdmem token (or the
-    server rebuilt from one, as for a cron's runs), else None.
+    """The user id of a request's or run's user when it is one `authenticate` made from an apdmem token that the
+    server would still accept now, else None: the same check for a request and for a run started later in the
+    token's name (a cron's, rebuilt from what `owned` stored with it; a background run), so that revoking a
+    user's tokens (``APDMEM_AUTH_NOT_BEFORE``) or changing the secret stops what they scheduled too.
 
     With this module as the server's auth handler, the only other users are the anonymous one and LangGraph
     Studio's LangSmith login (switched off by ``disable_studio_auth`` in langgraph.json; refused here too,
@@ -143,8 +176,16 @@ def token_user(user) -> str | None:
     """
     if user is None or isinstance(user, StudioUser) or not getattr(user, "is_authenticated", False):
         return None
-    kind = user.get("kind") if callable(getattr(user, "get", None)) else None
-    return None if kind == "StudioUser" else user.identity
+    get = user.get if callable(getattr(user, "get", None)) else None
+    if get is None or get("kind") == "StudioUser":
+        return None
+    issued, expires, secret = get("issued"), get("expires"), os.environ.get(SECRET_ENV)
+    if type(issued) is not int or type(expires) is not int or not secret or get("secret_id") != secret_id(secret):
+        return None  # no token behind it (a run stored by an older apdmem), or signed with a secret since changed
+    try:
+        return user.identity if _admitted(user.identity, issued, expires, _revocations()) else None
+    except ConfigError:
+        return None
 
 
 def _token_user(ctx: Auth.types.AuthContext) -> bool:
@@ -172,7 +213,8 @@ async def shared_assistants(ctx: Auth.types.AuthContext, value: dict):
 async def owned(ctx: Auth.types.AuthContext, value: dict):
     """A thread (with its runs and their state: answers, evidence) or a cron is seen only by the user who
     created it; what a user creates (threads, runs, the temporary threads of stateless runs, crons) is marked as
-    theirs. A cron's runs act as that user."""
+    theirs. A cron's runs act as that user, and only while the token that created (or last changed) the cron
+    would be accepted: its claims are stored with the cron's payload (`_run_as`)."""
     if not auth_on():
         return None
     if not _token_user(ctx):
@@ -182,4 +224,16 @@ async def owned(ctx: Auth.types.AuthContext, value: dict):
         if value["metadata"] is None:
             value["metadata"] = {}
         value["metadata"].update(owner)  # in place: the server goes on with this very dict
+    if ctx.resource == "crons" and isinstance(value, dict) and isinstance(value.get("payload"), dict):
+        _run_as(value["payload"], ctx.user)
     return owner
+
+
+def _run_as(payload: dict, user) -> None:
+    """Store the token's user (identity and claims) with a cron's payload, in place. langgraph_api's scheduler
+    starts each run of the cron as the user it finds there (``langgraph_auth_user``, a key no client may set;
+    without it, a bare identity that `token_user` refuses), so every run is checked against that token."""
+    config = payload["config"] = payload.get("config") or {}
+    configurable = config["configurable"] = config.get("configurable") or {}
+    configurable["langgraph_auth_user"] = {"identity": user.identity, "issued": user.get("issued"),
+                                           "expires": user.get("expires"), "secret_id": user.get("secret_id")}

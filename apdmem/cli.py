@@ -136,23 +136,28 @@ def cmd_reindex(args) -> None:
     for user in stored_users(Settings(store=args.store).store) if args.all_users else [args.user]:
         report = Memory.reindex(user, store=args.store, embeddings=args.embeddings, base_url=args.base_url,
                                 progress=not args.quiet)
+        for repair in report.repaired:
+            print(repair, flush=True)  # "repaired the memory of user ...: what was rebuilt"
         if report.reindexed:
+            kept = f"; {report.resumed} sessions' vectors kept from an interrupted reindex" if report.resumed else ""
             print(f"user {user!r}: {report.sessions} sessions, {report.units} L0 units re-embedded with {report.space!r} "
-                  f"(was {report.recorded!r}) in {report.seconds:.1f}s", flush=True)
+                  f"(was {report.recorded!r}) in {report.seconds:.1f}s{kept}", flush=True)
         elif report.recorded is None:
             print(f"user {user!r}: no memory in this store; nothing to do", flush=True)
         else:
-            print(f"user {user!r}: already embedded with {report.space!r}; nothing to do", flush=True)
+            now = "now" if report.repaired else "already"
+            print(f"user {user!r}: {now} embedded with {report.space!r}; nothing to do", flush=True)
 
 
 def cmd_migrate(args) -> None:
     from apdmem.memory.migrate import migrate
 
-    copied = migrate(args.source, args.target, users=args.users, verify=not args.no_verify, progress=not args.quiet)
+    copied = migrate(args.source, args.target, users=args.users, verify=not args.no_verify, progress=not args.quiet,
+                     replace=args.replace)
     for m in copied:
         check = "" if args.no_verify else ("; verified: same sessions, same search results" if m.verified else
                                            f"; CHECK FAILED (same sessions: {m.same_sessions}, same results: {m.same_results})")
-        print(f"{m.user_id}: {m.keys} keys, {m.sessions} sessions{check}")
+        print(f"{m.user_id}: {m.keys} keys, {m.sessions} sessions{' (replaced in the target)' if m.replaced else ''}{check}")
     if not args.no_verify and not all(m.verified for m in copied):
         raise ConfigError("the copy differs from the source; the source is unchanged")
     print(f"{len(copied)} user(s) copied")
@@ -435,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="source", required=True, help="source store: a directory or postgresql:// URL")
     p.add_argument("--to", dest="target", required=True, help="target store: a postgresql:// URL or a directory")
     p.add_argument("--user", dest="users", action="append", default=None, help="only this user (repeatable)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace the memory of a user the target already holds (refused otherwise)")
     p.add_argument("--no-verify", action="store_true", help="skip the check (same sessions, same search results)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_migrate)

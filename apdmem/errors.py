@@ -1,6 +1,22 @@
-"""Errors raised by apdmem. Each one says what was wrong and where."""
+"""Errors raised by apdmem. Each one says what was wrong and where. And `warn_once`, for what is met again and
+again (a read-only store at every open) but worth one warning."""
 
+import logging
 import shlex
+import threading
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(message: str, *, key: str = "") -> None:
+    """Log `message` as a warning of the "apdmem" logger the first time this process meets it (with `key`, the
+    first time it meets both), at debug level after: a read-only store or a damaged file is met by every open and
+    every run, and one warning says it."""
+    with _warned_lock:
+        first = (key, message) not in _warned
+        _warned.add((key, message))
+    logging.getLogger("apdmem").log(logging.WARNING if first else logging.DEBUG, "%s", message)
 
 SHOWN_CHARS = 80  # of an id echoed in an error
 

@@ -124,19 +124,45 @@ def test_a_studio_user_has_no_identity_with_auth_on(monkeypatch):
 
     studio = [StudioUser("langgraph-studio-user", is_authenticated=True),
               StoredUser(kind="StudioUser", identity="langgraph-studio-user")]
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    alice = StoredUser(authenticated(f"Bearer {make_token('alice', SECRET)}", monkeypatch))
     assert [token_user(u) for u in studio] == [None, None]
-    assert token_user(StoredUser(identity="alice")) == "alice" and token_user(StoredUser(identity="x", is_authenticated=False)) is None
+    assert token_user(alice) == "alice" and token_user(StoredUser(alice, is_authenticated=False)) is None
 
     def runtime(user):
         return Runtime(context=Context(user_id="alice"), server_info=ServerInfo(assistant_id="a", graph_id="apdmem", user=user))
 
-    monkeypatch.setenv(SECRET_ENV, SECRET)
     for user in [*studio, None]:
         with pytest.raises(ConfigError, match="carries no apdmem token's user"):
             open_memory(runtime(user), settings=None)  # refused before any store is opened
-    assert authenticated_user(runtime(StoredUser(identity="alice"))) == "alice"
+    assert authenticated_user(runtime(alice)) == "alice"
     monkeypatch.delenv(SECRET_ENV)
     assert all(authenticated_user(runtime(user)) is None for user in studio)  # a laptop server: the context names the user
+
+
+def test_a_stored_user_is_refused_once_its_token_would_be(monkeypatch):
+    """What a cron's or a background run's user carries (the token's times, the secret's name) is checked again
+    at every run: a bare identity (a run stored by an older apdmem), a forged claim, a revocation, an expiry or
+    a new secret refuse it, as they refuse the token itself."""
+    from apdmem.auth import token_user
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    now = int(time.time())
+    alice = authenticated(f"Bearer {make_token('alice', SECRET, days=1, now=now - 100)}", monkeypatch)
+    assert set(alice) == {"identity", "issued", "expires", "secret_id"} and SECRET not in json.dumps(alice)
+    assert token_user(StoredUser(alice)) == "alice"
+    refused = {"bare identity": StoredUser(identity="alice"), "forged issue time": StoredUser(alice, issued=str(now)),
+               "forged secret name": StoredUser(alice, secret_id="x"),
+               "expired": StoredUser(alice, expires=now - 1, issued=now - 86400)}
+    assert {name: token_user(user) for name, user in refused.items()} == dict.fromkeys(refused)
+    monkeypatch.setenv(NOT_BEFORE_ENV, json.dumps({"bob": now}))
+    assert token_user(StoredUser(alice)) == "alice"  # another user's revocation
+    for revocation in (json.dumps({"alice": now}), str(now), "not a time"):
+        monkeypatch.setenv(NOT_BEFORE_ENV, revocation)
+        assert token_user(StoredUser(alice)) is None, revocation
+    monkeypatch.delenv(NOT_BEFORE_ENV)
+    monkeypatch.setenv(SECRET_ENV, "another-secret-of-some-length")
+    assert token_user(StoredUser(alice)) is None
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -317,3 +343,84 @@ def test_a_cron_is_its_creators_and_runs_as_them(server):
     listed = {name: {s["session_id"] for s in client.runs.wait(None, "sessions", input={}, context={})["sessions"]}
               for name, client in (("alice", alice), ("bob", bob))}
     assert "cron-note" in listed["alice"] and "cron-bob" not in listed["alice"] | listed["bob"]
+
+
+# --- revocation reaches what a token scheduled ------------------------------------------------------------------
+
+
+def runs_since(client, thread: str, moment: float) -> list[dict]:
+    """The runs of a thread created after `moment` (Unix seconds), each waited for."""
+    from datetime import datetime
+
+    runs = [r for r in client.runs.list(thread) if datetime.fromisoformat(r["created_at"]).timestamp() > moment]
+    for run in runs:
+        client.runs.join(thread, run["run_id"])
+    return [client.runs.get(thread, r["run_id"]) for r in runs]
+
+
+def wait_for_a_run(client, thread: str, moment: float, timeout: float = 200) -> dict:
+    """The first run of a thread created after `moment` (a cron fires on the minute), waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if runs := runs_since(client, thread, moment):
+            return runs[0]
+        time.sleep(3)
+    pytest.fail(f"no run on thread {thread} within {timeout:.0f}s")
+
+
+@pytest.mark.slow
+def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_path, history):
+    """Issue 30 item 1, with `langgraph dev` restarted over its kept crons and runs: after APDMEM_AUTH_NOT_BEFORE
+    revokes alice's tokens her cron writes nothing more, nor does the background run she queued before (bob's
+    cron, scheduled alike, still runs), and after the secret changes neither does bob's (carol's, made with the
+    new secret, runs). A new token of alice's sees her cron, to delete it."""
+    from langgraph_sdk import get_sync_client
+
+    memory_dir = tmp_path / "memory"
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history[:1])
+
+    def client(user: str, secret: str = SECRET, now: float | None = None):
+        return get_sync_client(url=url, headers={"Authorization": f"Bearer {make_token(user, secret, now=now)}"})
+
+    def cron_note(user: str) -> dict:
+        return {"session_id": f"cron-{user}", "date": "2024-06-01T07:00",
+                "messages": [{"role": "user", "content": f"{user} waters the basil."}]}
+
+    while time.time() % 60 > 40:  # the crons are made and the server stopped before they first fire
+        time.sleep(1)
+    threads, crons = {}, {}
+    with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=SECRET) as url:
+        for user in ("alice", "bob"):
+            threads[user] = client(user).threads.create()["thread_id"]
+            crons[user] = client(user).crons.create_for_thread(threads[user], "remember", schedule="* * * * *",
+                                                               input=cron_note(user))["cron_id"]
+        queued = client("alice").runs.create(threads["alice"], "remember", after_seconds=45,
+                                             input={**cron_note("alice"), "session_id": "queued-alice"})
+    assert time.time() % 60 > 1  # no minute began meanwhile: neither cron has run yet
+
+    revoked_at = int(time.time())
+    with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=SECRET, **{NOT_BEFORE_ENV: json.dumps({"alice": revoked_at})}) as url:
+        assert wait_for_a_run(client("bob"), threads["bob"], revoked_at)["status"] == "success"
+        alice = client("alice", now=revoked_at + 1)  # a token issued after the revocation
+        assert [c["cron_id"] for c in alice.crons.search()] == [crons["alice"]]  # hers, to delete
+        fired = runs_since(alice, threads["alice"], revoked_at)
+        assert all(run["status"] == "error" for run in fired), fired
+        alice.runs.join(threads["alice"], queued["run_id"])  # queued before the revocation, run after it
+        assert alice.runs.get(threads["alice"], queued["run_id"])["status"] == "error"
+    listed = Memory("alice", store=str(memory_dir), l0_mode="raw").session_ids()
+    assert not {"cron-alice", "queued-alice"} & set(listed)
+    assert "cron-bob" in Memory("bob", store=str(memory_dir), l0_mode="raw").session_ids()
+
+    Memory("bob", store=str(memory_dir), l0_mode="raw").forget("cron-bob")
+    new_secret = "another-secret-of-some-length"
+    changed_at = time.time()
+    with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=new_secret) as url:
+        carol = client("carol", new_secret)
+        thread = carol.threads.create()["thread_id"]
+        carol.crons.create_for_thread(thread, "remember", schedule="* * * * *", input=cron_note("carol"))
+        assert wait_for_a_run(carol, thread, changed_at)["status"] == "success"
+        bob = client("bob", new_secret)
+        fired = runs_since(bob, threads["bob"], changed_at)
+        assert all(run["status"] == "error" for run in fired), fired
+    assert "cron-bob" not in Memory("bob", store=str(memory_dir), l0_mode="raw").session_ids()
+    assert "cron-carol" in Memory("carol", store=str(memory_dir), l0_mode="raw").session_ids()

@@ -97,7 +97,11 @@ def digests(values: dict[str, bytes]) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("damage", ["missing", "garbage", "unknown session", "another threshold"])
+STRENGTHS = {"NaN strength": float("nan"), "infinite strength": float("inf"), "negative strength": -0.5,
+             "strength above 1": 7.0, "similarity below -1": -3.0}
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "unknown session", "another threshold", *STRENGTHS])
 def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(store_location, history, caplog, damage):
     Memory("alice", store=store_location, l0_mode="raw").ingest(history)
     before = stored(store_location)
@@ -111,6 +115,9 @@ def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(sto
         table = json.loads(before[links_key])
         if damage == "another threshold":  # e.g. built before the threshold of the memory's space changed
             table["threshold"] += 0.1
+        elif damage in STRENGTHS:  # issue 30 item 8: a NaN strength was accepted
+            link = next(iter(table["links"].values()))[0]
+            link[2 if damage.startswith("similarity") else 1] = STRENGTHS[damage]
         else:
             table["links"]["s-gone"] = [["s-shop1", 0.9, 0.9, 0.9, []]]
         store.put({links_key: json.dumps(table).encode()})

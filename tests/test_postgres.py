@@ -123,8 +123,10 @@ def test_migrate_copies_a_file_store_into_postgres_and_checks_it(postgres_url, t
     assert code == 0 and "alice: " in out and "bob@example.com: " in out and out.count("verified") == 2
     for user in ("alice", "bob@example.com"):
         assert answers(Memory(user, store=postgres_url, l0_mode="raw")) == answers(Memory(user, store=str(directory), l0_mode="raw"))
-    report = migrate(str(directory), postgres_url, users=["alice"])  # again: replaces, does not duplicate
-    assert [m.user_id for m in report] == ["alice"] and report[0].verified
+    with pytest.raises(ConfigError, match="the target already holds user.s. alice; nothing was copied"):
+        migrate(str(directory), postgres_url, users=["alice"])  # again: refused ...
+    report = migrate(str(directory), postgres_url, users=["alice"], replace=True)  # ... unless asked: replaces, does not duplicate
+    assert [m.user_id for m in report] == ["alice"] and report[0].verified and report[0].replaced
     with pytest.raises(ConfigError, match="no memory of user"):
         migrate(str(directory), postgres_url, users=["carol"])
 

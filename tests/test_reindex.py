@@ -198,25 +198,98 @@ Memory.reindex("alice", store=sys.argv[1], embeddings="local:bge-small")
 """
 
 
-def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored, tmp_path, capsys):
-    before, layers = snapshot(stored, "alice"), layers_of(stored)
-    marker = tmp_path / "index-written"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_REINDEX, stored, str(marker)], cwd=ROOT / "tests",
+def staged(values: dict[str, str]) -> set[str]:
+    """The keys of vectors a reindex saved (``reindex/<space>/<session>``) in a snapshot."""
+    return {k for k in values if k.startswith("reindex/") or "/reindex/" in k}
+
+
+def without_staged(values: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in values.items() if k not in staged(values)}
+
+
+def killed(script: str, stored: str, marker) -> None:
+    """Run `script` on alice's store in a process of its own, and kill -9 it once it touched `marker`."""
+    child = subprocess.Popen([sys.executable, "-c", script, stored, str(marker)], cwd=ROOT / "tests",
                              env={**ENV, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists(), child.stderr.read()
-    if not stored.startswith("postgresql://"):  # on files the new generation's index is on disk, not yet current
-        assert len(snapshot(stored, "alice")) == len(before) + 3  # units.json, vectors.f32, links.json
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
 
+
+def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored, tmp_path, capsys):
+    before, layers = snapshot(stored, "alice"), layers_of(stored)
+    marker = tmp_path / "index-written"
+    killed(KILLED_REINDEX, stored, marker)
+    if not stored.startswith("postgresql://"):  # on files the new generation's index was on disk, not yet current
+        assert len(without_staged(snapshot(stored, "alice"))) == len(before) + 3  # units.json, vectors.f32, links.json
+
     memory = Memory("alice", store=stored, embeddings=Rotated())  # the old generation, as it was; the killed writer's files swept
     assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
-    assert snapshot(stored, "alice") == before
+    assert without_staged(snapshot(stored, "alice")) == before and len(staged(snapshot(stored, "alice"))) == 7
     with pytest.raises(OtherSpaceError):
         Memory("alice", store=stored, embeddings=BGE)
-    assert cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")[0] == 0
-    assert layers_of(stored) == layers
+    code, out, _ = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")
+    assert code == 0 and out.endswith("; 7 sessions' vectors kept from an interrupted reindex\n"), out
+    assert layers_of(stored) == layers and not staged(snapshot(stored, "alice"))  # the saved vectors went with the commit
+    assert Memory("alice", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+
+
+KILLED_WHILE_EMBEDDING = """
+import sys, time
+from pathlib import Path
+from apdmem.memory import Memory, generations
+from apdmem.memory.store import UserStore
+
+generations.REEMBED_CHUNK = 2
+put, saved = UserStore.put, []
+
+def put_then_stall(self, items):
+    put(self, items)
+    saved.extend(k for k in items if k.startswith("reindex/"))
+    if len(saved) == 4:  # two chunks of two sessions saved (in PostgreSQL, each committed on its own)
+        Path(sys.argv[2]).touch()
+        time.sleep(120)
+
+UserStore.put = put_then_stall
+Memory.reindex("alice", store=sys.argv[1], embeddings="local:bge-small")
+"""
+
+
+def test_a_reindex_saves_each_chunk_and_run_again_after_kill_9_embeds_only_the_rest(stored, tmp_path, capsys):
+    """Issue 30 item 8: a reindex held one PostgreSQL transaction for the whole user, so a kill lost all of it.
+    Each chunk's vectors are now a write of their own (committed in PostgreSQL: seen here by another
+    connection after the kill), the memory stays as it was, and the next reindex reuses them."""
+    before, layers = snapshot(stored, "alice"), layers_of(stored)
+    killed(KILLED_WHILE_EMBEDDING, stored, tmp_path / "two-chunks-saved")
+    assert len(staged(snapshot(stored, "alice"))) == 4 and without_staged(snapshot(stored, "alice")) == before
+    memory = Memory("alice", store=stored, embeddings=Rotated())  # still the old memory, read as it was
+    assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
+    code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")
+    assert code == 0 and out.startswith("user 'alice': 7 sessions, 14 L0 units re-embedded with 'local:bge-small'"), err
+    assert out.endswith("; 4 sessions' vectors kept from an interrupted reindex\n"), out
+    assert layers_of(stored) == layers and not staged(snapshot(stored, "alice"))
+    memory = Memory("alice", store=stored, embeddings=BGE)
+    for question, session_id in QUESTIONS.items():
+        assert memory.search(question, k=1)[0].metadata["session_id"] == session_id, question
+    texts = {(u.session_id, u.start): u.embed_texts for sid in memory.session_ids() for u in memory.units(sid)}
+    expected = get_embeddings(BGE).embed([t for u in memory.index.units for t in texts[u.session_id, u.start]])
+    assert np.allclose(memory.index.dense.vectors(), expected, atol=0.02)  # the kept vectors are bge's of the same texts
+
+
+def test_reindex_reports_what_a_repair_rebuilt_and_why(stored, capsys):
+    """Issue 30 item 8: a memory of another space with a damaged index was repaired (re-embedded) on opening and
+    the report said "already embedded; nothing to do"."""
+    user = UserStore(open_store(stored), "alice")
+    manifest = json.loads(user.get("manifest.json"))
+    user.put({f"index/{manifest['generation']}/units.json": b"garbage"})
+    code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"repaired the memory of user 'alice' (index of generation {manifest['generation']} is damaged: unreadable unit "
+        f"table (Expecting value: line 1 column 1 (char 0))): index rebuilt from 7 sessions, embedded with '{BGE}' "
+        f"(was '{OTHER}')",
+        f"user 'alice': now embedded with '{BGE}'; nothing to do"]
     assert Memory("alice", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"

@@ -158,12 +158,14 @@ def langgraph_dev(memory_dir: Path, **env: str):
     It runs in a folder of its own beside `memory_dir`, holding langgraph.json and a link to the package (the
     graph paths are relative to the working directory): `langgraph dev` keeps its runtime's state in
     `.langgraph_api` under the working directory, and servers started by parallel test workers must not share
-    one, nor leave it in the checkout."""
+    one, nor leave it in the checkout. Started again over the same `memory_dir` (with another environment), it
+    finds the threads, runs and crons the server kept there."""
     port = free_port()
     home = memory_dir.parent / f"langgraph-{memory_dir.name}"
-    home.mkdir()
-    shutil.copy(ROOT / "langgraph.json", home / "langgraph.json")
-    (home / "apdmem").symlink_to(ROOT / "apdmem", target_is_directory=True)
+    if not home.exists():
+        home.mkdir()
+        shutil.copy(ROOT / "langgraph.json", home / "langgraph.json")
+        (home / "apdmem").symlink_to(ROOT / "apdmem", target_is_directory=True)
     log = home / "server.log"
     env = server_env(**{"LANGGRAPH_CLI_NO_ANALYTICS": "1", "APDMEM_STORE": str(memory_dir), **env})
     with log.open("w") as out:

@@ -4,7 +4,9 @@ and capture from a running agent (`MemoryCapture` and the `remember_fact` tool) 
 model. The same graphs behind `langgraph dev`, with auth and over MCP, are in test_service_server.py."""
 
 import asyncio
+import logging
 import re
+import subprocess
 import time
 
 import pytest
@@ -18,6 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from apdmem import Context, Settings, build_graph
 from apdmem.errors import InputError, UnknownSessionError
 from apdmem.graph.service import SERVICE_GRAPHS, build_service_graph
+from apdmem.memory import Memory
 from apdmem.memory.store import memory_store
 from apdmem.tools import make_memory_tools
 from apdmem.tools.capture import MemoryCapture, conversation, make_remember_tool, remember_fact, save_conversation
@@ -310,3 +313,27 @@ def test_an_extended_session_summarizes_only_its_new_windows(make_memory):
     assert [(u.start, u.end) for u in memory.units("s-dog")] == [(0, 4), (2, 6)]
     memory.remember(messages, session_id="s-dog", date="2024-03-11T08:00")
     assert len(model.prompts_of("WindowSummary")) == 4  # another date: every window summarized again
+
+
+def test_capture_on_a_read_only_store_warns_once_and_the_agent_goes_on(tmp_path, caplog):
+    """Issue 30 item 5: on an immutable store every turn raised StoreError and left the thread pending (its next
+    step the capture). Now the agent answers every turn, its threads finish, and one warning says why nothing
+    was saved."""
+    directory = tmp_path / "mem"
+    Memory("alice", store=str(directory), l0_mode="raw").remember([{"role": "user", "content": "My cat is Miso."}],
+                                                                   session_id="s1")
+    if subprocess.run(["chattr", "-R", "+i", str(directory)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here")
+    try:
+        memory = Memory("alice", store=str(directory), l0_mode="raw")
+        model = ScriptedToolModel(messages=iter([AIMessage(f"reply {i}") for i in range(3)]))
+        agent = create_agent(model, [], middleware=[MemoryCapture(memory)], checkpointer=InMemorySaver())
+        for i, (thread, text) in enumerate([("t1", "I live in Lisbon."), ("t1", "I work at a bakery."), ("t2", "Hi.")]):
+            config = {"configurable": {"thread_id": thread}}
+            assert agent.invoke({"messages": [HumanMessage(text)]}, config)["messages"][-1].content == f"reply {i}"
+            assert agent.get_state(config).next == ()  # finished, nothing pending
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "MemoryCapture" in r.getMessage()]
+        assert len(warned) == 1 and "Operation not permitted" in warned[0] and str(directory) in warned[0], caplog.text
+        assert memory.session_ids() == ["s1"]
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(directory)], check=True)

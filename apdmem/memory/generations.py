@@ -11,11 +11,14 @@ A user's store holds, under ``users/<user>/``:
 - ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
   once read).
 
-and, while a writer changes the files of some sessions, their ids under ``"unfinished"``.
+and, while a writer changes the files of some sessions, their ids under ``"unfinished"``; while a reindex runs
+(or after one was killed), ``reindex/<space>/<session>``: the vectors it saved so far, each with a digest of the
+texts they embed.
 
-Writers (ingest, forget, the cache of L1/L2) hold the user's writer lock while they change the store, re-read
-the manifest under it, and write the manifest last; the work that takes long (models, embeddings) happens
-before the lock is taken. Before a writer creates, replaces or deletes the files of a session it names the
+Writers (ingest, forget, the cache of L1/L2, a reindex's commit) hold the user's writer lock while they change
+the store, re-read the manifest under it, and write the manifest last; the work that takes long (models,
+embeddings) happens before the lock is taken, and a reindex saves the vectors it makes meanwhile without it
+(under ``reindex/``, which no reader reads). Before a writer creates, replaces or deletes the files of a session it names the
 session unfinished in the manifest (unlisting an old version); its commit lists the new version and clears the
 mark. So a writer killed at any moment leaves either files the manifest names as unfinished (debris) or a
 whole session still listed; and ``session.json`` is written last, so a folder with a readable one is whole.
@@ -32,6 +35,7 @@ may be deleted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError
+from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError, warn_once
 from apdmem.memory import layers
 from apdmem.memory.index import UnitIndex
 from apdmem.memory.links import LinkTable, threshold
@@ -52,7 +56,7 @@ from apdmem.models import recorded_space
 FORMAT = 2
 READ_ATTEMPTS = 20  # a reader starts over this often when writers keep replacing the generation it reads
 MAX_GENERATION = 2**53  # generation numbers are file names and JSON numbers: a larger one is damage
-REEMBED_CHUNK = 32  # sessions re-embedded per step of a reindex (its progress)
+REEMBED_CHUNK = 32  # sessions re-embedded, and their vectors saved in one write, per step of a reindex
 
 log = logging.getLogger("apdmem")
 
@@ -100,6 +104,8 @@ class Generations:
         self._swap = threading.Lock()
         self.current = Generation(None, self.parse_manifest(None), None)
         self._read_once = False
+        self.repairs: list[str] = []  # what `repair` did, for a caller's report (`Memory.reindex`)
+        self.resumed = 0  # sessions whose vectors the last `reembed` found saved by an interrupted one
 
     # --- reading (no lock taken, nothing written unless something needs a repair) ---------------------------
 
@@ -127,8 +133,8 @@ class Generations:
             try:
                 with self.writer():  # repaired under the lock, as a writer would
                     pass
-            except StoreError:  # a read-only store: repaired in memory, for this reader only
-                self.adopt(self.repair(raw, str(damage), save=False))
+            except StoreError as refused:  # a read-only store: repaired in memory, for this reader only
+                self.adopt(self.repair(raw, str(damage), unsaved=str(refused)))
         self._read_once = True
 
     def adopt(self, generation: Generation) -> None:
@@ -291,22 +297,58 @@ class Generations:
             self._delete_session(sid)
         return begun
 
-    def reembed(self, current: Generation, progress: Callable[[int], object] = lambda units: None) -> Generation:
+    def reembed(self, progress: Callable[[int], object] = lambda units: None) -> Generation | None:
         """Commit a new generation of the same sessions whose index holds every L0 unit embedded again, from the text
         of the session's L0 layer, with this object's embeddings, and whose manifest records their space; nothing
-        but the index and the manifest changes. Called under the writer lock, with `current` read under it.
-        `progress` is given the number of units embedded after each chunk of sessions.
+        but the index and the manifest changes. Returns it, or None when the memory records this space already
+        (another reindex finished first). `progress` is given the number of units embedded after each chunk.
 
-        Crash-safe as every commit: the new index is written first and the manifest that makes it current last, so
-        a writer killed before leaves the old generation current and the new index files as debris."""
-        manifest = json.loads(json.dumps(current.manifest))
-        manifest["embeddings"] = self.space
-        index, sessions = UnitIndex(self._dimension(), self.lexical), list(manifest["sessions"])
+        The embedding, the long part, holds no lock (no transaction in PostgreSQL): nothing but a reindex writes a
+        memory of another space. Each chunk of `REEMBED_CHUNK` sessions is embedded and its vectors saved at
+        once (``reindex/<space>/<session>``, one write), so a reindex killed midway keeps what it saved, and run
+        again it embeds only the rest (`resumed` counts the sessions it found saved). The commit, under the writer
+        lock, reads the listing again and embeds what changed meanwhile; the saved vectors are then debris (see
+        `_debris`). Killed before its manifest is written, it leaves the old generation current."""
+        self.resumed = 0
+        sessions = list(self.current.manifest["sessions"])
         for i in range(0, len(sessions), REEMBED_CHUNK):
-            before = len(index.units)
-            self._index_units(index, sessions[i : i + REEMBED_CHUNK], manifest["sessions"])
-            progress(len(index.units) - before)
-        return self.commit(Generation(current.raw, manifest, index))
+            vectors = self._session_vectors(sessions[i : i + REEMBED_CHUNK], save=True)
+            progress(sum(len(units) for units, _ in vectors.values()))
+        with self.writer() as current:
+            if self.own_space(current.manifest):
+                return None
+            manifest = json.loads(json.dumps(current.manifest))
+            manifest["embeddings"] = self.space
+            index = UnitIndex(self._dimension(), self.lexical)
+            for sid, (units, vectors) in self._session_vectors(list(manifest["sessions"]), save=False).items():
+                manifest["sessions"][sid]["units"] = len(units)
+                index.add(units, vectors)
+            return self.commit(Generation(current.raw, manifest, index))
+
+    def _session_vectors(self, session_ids: list[str], *, save: bool) -> dict[str, tuple[list[Unit], np.ndarray]]:
+        """The L0 units of these sessions with their vectors in this object's space: the vectors a reindex saved
+        for the same texts, else embedded now (and, with `save`, saved in one write). Counts the saved ones found
+        in `resumed` when saving."""
+        units = {sid: self.read_units(sid, repair=False) for sid in session_ids}
+        texts = {sid: [t for u in units[sid] for t in u.embed_texts] for sid in session_ids}
+        keys = {sid: f"reindex/{_space_tag(self.space)}/{session_key(sid)}" for sid in session_ids}
+        out = {}
+        for sid, raw in zip(session_ids, self.store.get_many(list(keys.values()))):
+            vectors = _saved_vectors(raw, texts[sid], self._dimension())
+            if vectors is not None:
+                out[sid] = (units[sid], vectors)
+        todo = [sid for sid in session_ids if sid not in out]
+        if save:
+            self.resumed += len(out)
+        if todo:
+            vectors = self._embed([t for sid in todo for t in texts[sid]])
+            start = 0
+            for sid in todo:
+                out[sid] = (units[sid], vectors[start : start + len(texts[sid])])
+                start += len(texts[sid])
+            if save:
+                self.store.put({keys[sid]: _vectors_value(texts[sid], out[sid][1]) for sid in todo})
+        return {sid: out[sid] for sid in session_ids}
 
     def forget(self, current: Generation, session_ids: list[str]) -> None:
         """Remove listed sessions: the new generation first (without them, and naming them unfinished; its commit
@@ -337,7 +379,9 @@ class Generations:
           without one, no index file is known to be old);
         - the files of a session the manifest names as unfinished and does not list: a forget or a
           replacement committed its removal, or an ingestion announced it and was killed before its commit;
-        - temporary files of an interrupted write, and links (a store never holds one: a link is planted).
+        - temporary files of an interrupted write, and links (a store never holds one: a link is planted);
+        - vectors saved by a reindex into the space the manifest records (it is done) or of a session the manifest
+          does not list.
 
         A session's own files are never debris because a listing is missing, unreadable or lacks it: such
         a session is listed again by `repair`.
@@ -350,6 +394,9 @@ class Generations:
         for sid in manifest.get("unfinished", []):
             if session_key(sid) not in listed:
                 keys += self.store.keys(f"sessions/{session_key(sid)}/")
+        if generation.raw is not None:
+            done = _space_tag(recorded_space(manifest.get("embeddings")))
+            keys += [k for k in self.store.keys("reindex/") if k.split("/")[1] == done or k.split("/")[-1] not in listed]
         return keys, self.store.leftovers()
 
     def _needs_sweep(self, generation: Generation) -> bool:
@@ -380,13 +427,15 @@ class Generations:
 
     # --- repair -----------------------------------------------------------------------------------------------
 
-    def repair(self, raw: bytes | None, damage: str, *, save: bool = True) -> Generation:
-        """Rebuild what a reader could not use (under the writer lock, or with ``save=False`` in memory only):
+    def repair(self, raw: bytes | None, damage: str, *, unsaved: str | None = None) -> Generation:
+        """Rebuild what a reader could not use (under the writer lock, or, when the store refused the writer
+        (`unsaved` says why), in memory only):
         the listing from the stored sessions if the manifest is missing or unreadable, whole sessions that
         are not listed are listed again, the index is rebuilt from the L0 layers if it does not fit, the link
         table from the index; listed
         sessions that can no longer be read are dropped from the listing (their files are kept). Logs a
-        warning naming what was repaired."""
+        warning naming what was repaired (in memory: once per process, though every open repairs again)."""
+        save = unsaved is None
         try:
             manifest = self.parse_manifest(raw) if raw is not None else None
         except Damaged:
@@ -409,7 +458,7 @@ class Generations:
                         index.remove(sid)
                 elif save:
                     self.store.put_json({key(sid, "session.json"): session.to_json()})
-        rebuilt = index is None
+        rebuilt, was = index is None, recorded_space(manifest.get("embeddings"))
         if rebuilt:
             index = UnitIndex(self._dimension(), self.lexical)
             manifest["embeddings"] = self.space  # a reindex may have read a memory of another space
@@ -422,11 +471,16 @@ class Generations:
             generation = self.sweep(self.commit(Generation(raw, manifest, index, links)))
         else:
             generation = Generation(raw, manifest, index, links)
-        log.warning("apdmem: repaired the memory of user %r (%s): %s%s%s%s", self.user_id, damage,
-                    f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept",
-                    f"; listed again: {', '.join(sorted(relisted))}" if relisted else "",
-                    f"; dropped from the listing: {', '.join(dropped)}" if dropped else "",
-                    "" if save else " (in memory only: the store is read-only)")
+        what = (f"repaired the memory of user {self.user_id!r} ({damage}): "
+                + (f"index rebuilt from {len(sessions)} sessions" if rebuilt else "saved index kept")
+                + (f", embedded with {self.space!r} (was {was!r})" if rebuilt and was != self.space else "")
+                + (f"; listed again: {', '.join(sorted(relisted))}" if relisted else "")
+                + (f"; dropped from the listing: {', '.join(dropped)}" if dropped else ""))
+        self.repairs.append(what)
+        if save:
+            log.warning("apdmem: %s", what)
+        else:
+            warn_once(f"apdmem: {what} (in memory only: {unsaved})", key=self.store.location)
         return generation
 
     def _index_units(self, index: UnitIndex, session_ids: list[str], sessions: dict) -> None:
@@ -500,8 +554,8 @@ class Generations:
         session = layers.parse_l3(text.decode("utf-8", "replace")) if text is not None else None
         if session is None or session_key(session.session_id) != folder:
             return None
-        log.warning("apdmem: session.json of session %r of user %r was unreadable; rebuilt from its L3.md",
-                    session.session_id, self.user_id)
+        warn_once(f"apdmem: session.json of session {session.session_id!r} of user {self.user_id!r} was unreadable; "
+                  "rebuilt from its L3.md", key=self.store.location)  # met at every read until a writer saves it
         return session
 
     def read_units(self, session_id: str, *, repair: bool = True) -> list[Unit]:
@@ -517,7 +571,8 @@ class Generations:
         if session is None:
             return []
         units = [layers.raw_unit(session, a, b) for a, b in layers.window_spans(len(session.turns), self.window, self.stride)]
-        log.warning("apdmem: L0 of session %r of user %r was unreadable; rebuilt from its messages", session_id, self.user_id)
+        warn_once(f"apdmem: L0 of session {session_id!r} of user {self.user_id!r} was unreadable; rebuilt from its "
+                  "messages", key=self.store.location)
         if repair:
             try:
                 with self.writing, self.store.writer(wait=False) as held:
@@ -542,6 +597,34 @@ class Generations:
             self.store.put_json({key(sid, "session.json"): session.to_json()})
         else:
             self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+
+
+def _space_tag(space: object) -> str:
+    """A file name for an embedding space (the folder of a reindex's saved vectors)."""
+    return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:16]
+
+
+def _vectors_value(texts: list[str], vectors: np.ndarray) -> bytes:
+    """What a reindex saves for a session: a header naming the texts (by digest) and the shape, then the vectors."""
+    header = {"texts": _digest(texts), "shape": list(vectors.shape)}
+    return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+
+
+def _saved_vectors(raw: bytes | None, texts: list[str], dimension: int) -> np.ndarray | None:
+    """The vectors `_vectors_value` saved for exactly these texts, in this dimension; None for anything else."""
+    try:
+        head, body = raw.split(b"\n", 1)
+        header = json.loads(head)
+        vectors = np.frombuffer(body, dtype="<f4").reshape(len(texts), dimension)
+    except (AttributeError, ValueError, TypeError, RecursionError):
+        return None
+    if header != {"texts": _digest(texts), "shape": [len(texts), dimension]} or not np.isfinite(vectors).all():
+        return None
+    return vectors.astype(np.float32)
+
+
+def _digest(texts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
 
 
 def _settle(manifest: dict, done) -> None:

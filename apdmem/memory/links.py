@@ -67,10 +67,19 @@ class Link:
 
     @classmethod
     def from_json(cls, session_id: str, data: list) -> Link:
+        """The link `to_json` wrote; ValueError for anything else, such as a strength that is no number in 0-1
+        (NaN, infinite, negative) or a cosine outside -1 to 1."""
         other, strength, similarity, overlap, terms = data
         if not isinstance(other, str) or not all(isinstance(t, str) for t in terms):
             raise ValueError("not a link")
+        if not (_within(strength, 0, 1) and _within(similarity, -1, 1) and _within(overlap, 0, 1)):
+            raise ValueError(f"a link of {session_id!r} has a strength, similarity or overlap out of range")
         return cls(session_id, other, float(strength), float(similarity), float(overlap), tuple(terms))
+
+
+def _within(value: object, low: float, high: float) -> bool:
+    """Whether a stored value is a number from `low` to `high` (NaN is not: it compares false)."""
+    return type(value) in (int, float) and low <= value <= high
 
 
 def threshold(space: object) -> float:

@@ -55,9 +55,9 @@ class IngestReport:
 
 @dataclass
 class ReindexReport:
-    """What a `Memory.reindex` call did: the space the memory was embedded with (`recorded`, by today's names; None
-    when the user has no memory) and the one it is now (`space`); nothing was done when they were the same
-    (`reindexed` False)."""
+    """What a `Memory.reindex` call did: the space the memory was embedded with (`recorded`, by today's names, after
+    any repair; None when the user has no memory) and the one it is now (`space`); nothing was re-embedded when
+    they were the same (`reindexed` False); `repaired` lists what opening it repaired."""
 
     recorded: object
     space: str
@@ -65,6 +65,8 @@ class ReindexReport:
     sessions: int = 0
     units: int = 0
     seconds: float = 0.0
+    resumed: int = 0  # sessions whose vectors an interrupted reindex had saved
+    repaired: list[str] = field(default_factory=list)  # what opening the memory repaired, and why
 
 
 class Memory:
@@ -278,10 +280,13 @@ class Memory:
         ``embeddings``, ``base_url`` ...), whatever embeddings it was embedded with: the one operation that opens a
         memory of another space, which `Memory` refuses (`OtherSpaceError`).
 
-        Under the user's writer lock, every L0 unit is embedded again from its stored text, and the new index is
-        committed as a new generation that records the new space; the layers (L0 to L3) are not touched. Killed
-        midway, it leaves the old generation current (run it again). Already in the configured space, it does
-        nothing and says so (``reindexed`` False).
+        Every L0 unit is embedded again from its stored text, chunk by chunk, each chunk's vectors saved as it
+        goes (no lock held: in PostgreSQL, one short transaction per chunk), and the new index is committed under
+        the user's writer lock as a new generation that records the new space; the layers (L0 to L3) are not
+        touched. Killed midway, it leaves the old generation current, and run again it embeds only what was not
+        saved (``resumed`` sessions). Already in the configured space, it does nothing and says so (``reindexed``
+        False). A memory that needed a repair to be opened is repaired first, and ``repaired`` says what was
+        rebuilt and why (a rebuilt index is embedded with the configured embeddings already).
 
         >>> Memory.reindex("maya", progress=True)      # a memory embedded by the retired MiniLM   # doctest: +SKIP
         ReindexReport(recorded='local:minilm', space='local:bge-small', reindexed=True, sessions=7, units=14, ...)
@@ -289,18 +294,18 @@ class Memory:
         started = time.perf_counter()
         memory = cls(user_id, _reindexing=True, **options)
         generations = memory.generations
-        report = ReindexReport(None, generations.space)
+        report = ReindexReport(None, generations.space, repaired=generations.repairs)
         if generations.current.raw is None:
             memory._say_empty()  # nothing stored: nothing to take the lock for
             return report
-        with generations.writer() as current:
-            report.recorded = recorded_space(current.manifest.get("embeddings"))
-            if not generations.own_space(current.manifest):
-                units = sum(meta["units"] for meta in current.manifest["sessions"].values())
-                with tqdm(total=units, desc=f"reindex {memory.user_id}", unit="unit", disable=not progress) as bar:
-                    committed = generations.reembed(current, bar.update)
+        report.recorded = recorded_space(generations.current.manifest.get("embeddings"))
+        if not generations.own_space(generations.current.manifest):
+            units = sum(meta["units"] for meta in generations.current.manifest["sessions"].values())
+            with tqdm(total=units, desc=f"reindex {memory.user_id}", unit="unit", disable=not progress) as bar:
+                committed = generations.reembed(bar.update)
+            if committed is not None:
                 report.reindexed, report.sessions = True, len(committed.manifest["sessions"])
-                report.units = len(committed.index.units)
+                report.units, report.resumed = len(committed.index.units), generations.resumed
         report.seconds = time.perf_counter() - started
         return report
 

@@ -7,7 +7,9 @@ leaves the target unchanged. A user is then copied through the target's own per-
 from the validated user id, never from a name read in the source): the layer files of its listed sessions, the
 index of its generation (with its link table, when it has a usable one: the copy builds a missing or outdated
 table, derived from the index, when it is first opened), and the manifest last, under the target's writer lock (in
-PostgreSQL, one transaction); a user already in the target is replaced. The check reads the copy back and compares
+PostgreSQL, one transaction). A user the target already holds is refused (before anything is copied) unless
+``replace=True``, and so is a target that is the source itself (the same directory by another path, the same
+database by another URL). The check reads the copy back and compares
 it with what was read from the source: the same bytes for every key, and the same search results, unit for unit and
 score for score, for a query drawn from each of up to `PROBES` sessions.
 """
@@ -42,6 +44,7 @@ class Migrated:
     sessions: int
     same_sessions: bool | None = None
     same_results: bool | None = None
+    replaced: bool = False  # the target held this user, and its memory there was replaced
 
     @property
     def verified(self) -> bool:
@@ -57,10 +60,14 @@ class _Read:
     values: dict[str, bytes]
 
 
-def migrate(source, target, *, users: list[str] | None = None, verify: bool = True, progress: bool = False) -> list[Migrated]:
+def migrate(source, target, *, users: list[str] | None = None, verify: bool = True, progress: bool = False,
+            replace: bool = False) -> list[Migrated]:
     """Copy every user (or the listed ones) from `source` to `target` (store locations or objects). Raises
-    ConfigError, before anything is copied, when a user of the source cannot be read whole."""
+    ConfigError, before anything is copied, when the target is the source, when a user of the source cannot be
+    read whole, or when the target already holds one of the users and `replace` is False."""
     source, target = open_store(source, existing=True), open_store(target)
+    if source.identity() == target.identity():
+        raise ConfigError(f"the source and the target are the same store ({target.location}); nothing was copied")
     wanted = None if users is None else {check_id(u, "user") for u in users}
     planted = [k for k in source.leftovers("users/") if not k.rsplit("/", 1)[-1].startswith(TEMPORARY_PREFIX)]
     if planted:
@@ -80,10 +87,15 @@ def migrate(source, target, *, users: list[str] | None = None, verify: bool = Tr
             except ConfigError as exc:
                 raise ConfigError(f"user {user.user_id!r}: {exc}; nothing was copied (--no-verify copies without "
                                   "checking)") from None
+    held = {user.user_id for user in read if UserStore(target, user.user_id).keys()}
+    if held and not replace:
+        raise ConfigError(f"the target already holds user(s) {', '.join(sorted(held))}; nothing was copied (--replace "
+                          "replaces their memories there with the source's)")
     done = []
     for user in tqdm(read, desc="migrate", unit="user", disable=not progress):
         _copy(user, UserStore(target, user.user_id))
-        done.append(Migrated(user.user_id, len(user.values), len(user.generation.manifest["sessions"])))
+        done.append(Migrated(user.user_id, len(user.values), len(user.generation.manifest["sessions"]),
+                             replaced=user.user_id in held))
         if verify:
             _check(done[-1], user, target)
     return done

@@ -63,6 +63,18 @@ class PostgresStore(MemoryStore):
         except SQLAlchemyError as exc:
             raise ConfigError(f"cannot use PostgreSQL at {self.url}: {_reason(exc)}") from None
 
+    @property
+    def location(self) -> str:
+        return f"PostgreSQL at {self.url}"
+
+    def identity(self) -> tuple:
+        """The server (by the time it started), the database and the table of its rows, as the server names them:
+        the same for two URLs that reach one database (another host name, another role)."""
+        query = text("SELECT pg_postmaster_start_time()::text, current_database(), "
+                     "to_regclass('langchain_key_value_stores')::oid::bigint")
+        with self.refused(), self.engine.connect() as connection:
+            return ("postgresql", *connection.execute(query).one())
+
     def namespace(self, name: str) -> _Namespace:
         if name not in self._namespaces:
             self._namespaces[name] = _Namespace(self, name)

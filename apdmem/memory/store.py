@@ -26,7 +26,7 @@ from pathlib import Path
 
 from langchain_core.stores import BaseStore, InMemoryByteStore
 
-from apdmem.errors import StoreError
+from apdmem.errors import StoreError, warn_once
 from apdmem.memory.records import check_id
 
 log = logging.getLogger("apdmem")
@@ -44,6 +44,16 @@ class MemoryStore:
       atomic and the manifest is written last).
     - `namespaces(prefix)`: names of the namespaces under `prefix` that hold data.
     """
+
+    @property
+    def location(self) -> str:
+        """Where this store is, as messages name it (never a password)."""
+        return f"{type(self).__name__} {id(self):#x}"
+
+    def identity(self) -> tuple:
+        """What names the data of this store: two stores of the same identity hold the same data (one directory
+        reached by two paths, one database by two URLs)."""
+        return ("object", id(self))
 
     def namespace(self, name: str) -> BaseStore[str, bytes]:
         return _Prefixed(self, name)
@@ -106,13 +116,28 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
 
     Below the root, the store never follows a link: every folder and file is opened with ``O_NOFOLLOW``
     relative to its parent folder, so a link planted in the store (to another user's files, or outside the
-    store) is never read, written through or deleted through. A link is not a key: reads see nothing there,
-    a write replaces the link itself, and `leftovers` names it so that the storage protocol removes it.
+    store) is never read, written through or deleted through. A hard link (a file with more than one name: the
+    store never makes one, so its other name may be in another user's folder) is never read either. A link is
+    not a key: reads see nothing there, and a write replaces the link itself; `leftovers` names a symbolic link
+    so that the storage protocol removes it, but never a hard link (which of its names was planted cannot be
+    told: deleting the other would lose a file), which a warning names instead. A folder where a file belongs (or a file where a folder belongs) is read as
+    nothing and never deleted: a write there fails with a `StoreError` naming its path.
     """
 
     def __init__(self, root_path: str | os.PathLike) -> None:
         self.root_path = Path(root_path)
         self._threads = _ProcessLocks()  # flock is per open file; this also orders this process's own threads
+
+    @property
+    def location(self) -> str:
+        return f"memory directory {str(self.root_path)!r}"
+
+    def identity(self) -> tuple:
+        try:
+            info = os.stat(self.root_path)
+        except FileNotFoundError:  # not made yet: no other path reaches it (a link to it would make it exist)
+            return ("files", str(self.root_path.resolve()))
+        return ("files", info.st_dev, info.st_ino)
 
     # --- walking folders without following links -----------------------------------------------------------
 
@@ -138,7 +163,10 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                 self.root_path.mkdir(parents=True, exist_ok=True)
                 opened.append(os.open(self.root_path, os.O_RDONLY | os.O_DIRECTORY))
             for part in parts:
-                fd = _open_folder(part, opened[-1], create)
+                try:
+                    fd = _open_folder(part, opened[-1], create)
+                except NotADirectoryError:  # creating: a file where the folder belongs
+                    raise _in_the_way(self.root_path, "/".join(parts[: len(opened)]), "a file", "a folder") from None
                 if fd is None:
                     yield None
                     return
@@ -169,7 +197,10 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                         out.write(value)
                         out.flush()
                         os.fsync(out.fileno())
-                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # a link named `name` is replaced, not followed
+                    try:
+                        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # a link named `name` is replaced, not followed
+                    except IsADirectoryError:
+                        raise _in_the_way(self.root_path, key, "a folder", "a file") from None
                 except BaseException:
                     with suppress(OSError):
                         os.unlink(tmp, dir_fd=fd)
@@ -201,16 +232,23 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
 
     def leftovers(self, prefix: str) -> list[str]:
         """Names under `prefix` that are not data: temporary files of a killed write, links, other special files."""
-        return [k for k, kind in self._walk(prefix) if kind != "file"]
+        return [k for k, kind in self._walk(prefix) if kind not in ("file", "hard link")]
 
     def _walk(self, prefix: str) -> list[tuple[str, str]]:
-        """(key, kind) of every entry under `prefix` ("file", "temporary" or "link"), links never entered."""
+        """(key, kind) of every entry under `prefix` ("file", "temporary", "link", "hard link" or "special"),
+        links never entered. A hard link is neither data nor a leftover: never read, and never deleted, for its
+        other name may be the real file (another user's, or this user's own); it is named in a warning."""
         head, _, rest = prefix.rpartition("/")
         folder = self._parts(head) if head else []
         found: list[tuple[str, str]] = []
         with self._folder(folder) as fd:
             if fd is not None:
                 _walk_folder(fd, (head + "/") if head else "", rest, found)
+        for key, kind in found:
+            if kind == "hard link":
+                warn_once(f"apdmem: {str(self.root_path / key)!r} has another name (a hard link, which apdmem never "
+                          "makes): it is not read, and not deleted (its other name may be a user's file): remove the "
+                          "name that was planted")
         return sorted(found)
 
     # --- writers --------------------------------------------------------------------------------------------
@@ -222,7 +260,10 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
                 yield False
                 return
             with _refused(self.root_path), self._folder(self._parts(namespace), create=True) as fd:
-                handle = _open_lock(fd)
+                try:
+                    handle = _open_lock(fd)
+                except IsADirectoryError:
+                    raise _in_the_way(self.root_path, f"{namespace}/{LOCK_NAME}", "a folder", "a file") from None
             with os.fdopen(handle, "a+b") as lock:
                 try:
                     fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -269,6 +310,13 @@ def _open_folder(name: str, parent: int, create: bool) -> int | None:
     return os.open(name, flags, dir_fd=parent)
 
 
+def _in_the_way(root: Path, key: str, found: str, kept: str) -> StoreError:
+    """The one-line error of a write that meets `found` (a folder, a file) where the store keeps `kept`: the store
+    deletes only what it wrote, so whoever put it there removes it."""
+    return StoreError(f"{str(root / key)!r} is {found} where apdmem keeps {kept}; apdmem deletes nothing it did not "
+                      "write: remove it")
+
+
 @contextmanager
 def _refused(root: Path) -> Iterator[None]:
     """A write the file system refuses (read-only, immutable, no rights) as one StoreError."""
@@ -281,15 +329,22 @@ def _refused(root: Path) -> Iterator[None]:
 
 
 def _read_file(name: str, folder: int) -> bytes | None:
-    """The content of the regular file `name` in `folder`; None for a missing file, a link or anything else."""
+    """The content of the regular file `name` in `folder`; None for a missing file, a link (symbolic, or hard: a
+    file with another name, maybe in another user's folder), a folder or anything else."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-    except OSError:  # missing, a link (ELOOP), a folder
+    except OSError:  # missing, a link (ELOOP)
+        return None
+    if not _data(os.fstat(fd)):
+        os.close(fd)
         return None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
         return handle.read()
+
+
+def _data(info: os.stat_result) -> bool:
+    """Whether a file is one the store wrote: a regular file with one name (it never makes a hard link)."""
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
 
 
 def _walk_folder(fd: int, path: str, start: str, found: list[tuple[str, str]]) -> None:
@@ -309,7 +364,9 @@ def _walk_folder(fd: int, path: str, start: str, found: list[tuple[str, str]]) -
         elif entry.name.startswith(TEMPORARY_PREFIX):
             found.append((key, "temporary"))
         elif entry.is_file(follow_symlinks=False):
-            if not entry.name.startswith("."):
+            if not _data(entry.stat(follow_symlinks=False)):
+                found.append((key, "hard link"))
+            elif not entry.name.startswith("."):
                 found.append((key, "file"))
         else:
             found.append((key, "special"))
@@ -366,6 +423,7 @@ class UserStore:
     def __init__(self, store: MemoryStore, user_id: str):
         self.user_id = check_id(user_id, "user")
         self._store = store
+        self.location = store.location
         self.root = f"users/{session_key(user_id)}"  # the user's folder in a file store
         self._kv = store.namespace(self.root)
 

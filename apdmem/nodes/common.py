@@ -18,16 +18,18 @@ def authenticated_user(runtime) -> str | None:
     """The user whose apdmem token authenticated this server run; None for a run outside a server, or on a
     server without auth (anonymous requests: the context's `user_id` is trusted).
 
-    With auth on (``APDMEM_AUTH_SECRET``), a server run without a token's user (Studio's LangSmith login, an
-    anonymous or missing user) has no identity and reads nobody's memory.
+    With auth on (``APDMEM_AUTH_SECRET``), a server run without the user of a token the server accepts now
+    (Studio's LangSmith login, an anonymous or missing user, or a cron's or background run whose token was
+    revoked, expired or signed with a secret since changed) has no identity and reads nobody's memory.
     """
     server = getattr(runtime, "server_info", None)
     if server is None or not auth_on():
         return None  # a Python caller embedding the graph, or a laptop server: the context names the user
     user = token_user(getattr(server, "user", None))
     if user is None:
-        raise ConfigError("this server has auth on and the run carries no apdmem token's user; send a token "
-                          "(Authorization: Bearer ..., see `apdmem token`)")
+        raise ConfigError("this server has auth on and the run carries no apdmem token's user that it accepts now "
+                          "(none, or one revoked, expired or signed with another secret since the run or its cron "
+                          "was created); send a valid token (Authorization: Bearer ..., see `apdmem token`)")
     return user
 
 

@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.config import get_config
 
-from apdmem.errors import ApdmemError
+from apdmem.errors import ApdmemError, StoreError, warn_once
 from apdmem.memory.memory import IngestReport
 
 _ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"))
@@ -82,7 +82,8 @@ class MemoryCapture(AgentMiddleware):
     several users: ``lambda runtime: settings.open_memory(runtime.context.user_id)``). In a graph that is not
     made by `create_agent`, add ``capture.after_agent`` as a node after the last one (its state needs a
     ``messages`` key). A conversation whose last turns fall between two captures is saved whole by
-    `save_conversation` at the end of its thread.
+    `save_conversation` at the end of its thread. A store that refuses the write (read-only, no rights) does
+    not stop the agent: its runs finish, unsaved, and one warning per process says why.
     """
 
     def __init__(self, memory, *, every: int = 1):
@@ -98,7 +99,10 @@ class MemoryCapture(AgentMiddleware):
         user_turns = sum(1 for m in messages if isinstance(m, HumanMessage))
         if user_turns and user_turns % self.every == 0:
             thread_id = (get_config().get("configurable") or {}).get("thread_id")
-            save_conversation(self._memory(runtime), messages, session_id=thread_session_id(messages, thread_id))
+            try:
+                save_conversation(self._memory(runtime), messages, session_id=thread_session_id(messages, thread_id))
+            except StoreError as refused:  # a read-only store: the agent's run goes on, unsaved, and says so once
+                warn_once(f"apdmem: MemoryCapture saves nothing: {refused}")
         return None
 
     async def aafter_agent(self, state, runtime) -> dict[str, Any] | None:
