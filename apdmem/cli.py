@@ -126,6 +126,12 @@ def cmd_reindex(args) -> None:
             print(f"user {user!r}: no memory in this store; nothing to do", flush=True)
         else:
             print(f"user {user!r}: already embedded with {report.space!r}; nothing to do", flush=True)
+        if args.rebuild_layers and report.recorded is not None:
+            rebuilt = Memory(user, store=args.store, chat_model=args.chat_model, embeddings=args.embeddings,
+                             base_url=args.base_url).rebuild_layers(progress=not args.quiet)
+            print(f"user {user!r}: L1 of {len(rebuilt.l1)} and L2 of {len(rebuilt.l2)} session(s) written by another "
+                  f"writer made again by {rebuilt.writer!r} in {rebuilt.seconds:.1f}s; model tokens: "
+                  f"{rebuilt.usage.input_tokens} in, {rebuilt.usage.output_tokens} out", flush=True)
 
 
 def cmd_migrate(args) -> None:
@@ -400,8 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser("reindex", parents=[common, user],
-                       help="re-embed a user's memory with the configured --embeddings (after changing them)")
+                       help="re-embed a user's memory with the configured --embeddings (after changing them); with "
+                            "--layers, also make again the cached L1/L2 another chat model wrote")
     p.add_argument("--all-users", action="store_true", help="every user with a memory in the store, instead of --user")
+    p.add_argument("--layers", dest="rebuild_layers", action="store_true",  # not `layers`: a Context field
+                   help="also make again, with the configured --chat-model, every cached L1/L2 layer written by another "
+                        "(another model, another prompt, or none: 'local' writes no model's text)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reindex)
     p = sub.add_parser("migrate", help="copy memories from one store to another (e.g. into PostgreSQL) and check the copy")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from langchain_core.documents import Document
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from apdmem.errors import InvalidIdError, UnknownSessionError
+from apdmem.errors import InvalidIdError, QueryError, UnknownSessionError
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import TURN_CHARS
 from apdmem.memory.records import Usage
@@ -18,11 +18,11 @@ from apdmem.memory.retriever import SEARCH_K, rerank
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None) -> list[Document]:
-    """Top-k sessions for one or several queries, each with its best L0 summary. With a `reranker` (a
-    cross-encoder) the k sessions are rescored for the query (one query only; it reads the first 10; see
-    `retriever.rerank`)."""
-    docs = memory.search(queries, k=k)
+def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None, *, filter=None) -> list[Document]:
+    """Top-k sessions for one or several queries, each with its best L0 summary, among those `filter` keeps (see
+    `Memory.search`). With a `reranker` (a cross-encoder) the k sessions are rescored for the query (one query only;
+    it reads the first 10; see `retriever.rerank`)."""
+    docs = memory.search(queries, k=k, filter=filter)
     if reranker is None:
         return docs
     if not isinstance(queries, str):
@@ -159,13 +159,20 @@ def make_memory_tools(memory) -> list[BaseTool]:
     """
 
     @tool("search_memory")
-    def search_tool(query: str, k: int = SEARCH_K) -> str:
-        """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first."""
+    def search_tool(query: str, k: int = SEARCH_K, filter: dict | None = None) -> str:
+        """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first.
+        `filter` keeps only conversations whose metadata and date match, e.g. {"channel": "email"} or
+        {"date": {"$gte": "2023-05-01", "$lt": "2023-06-01"}}."""
         if not query.strip():
             raise ToolException("The query is empty: say what to look for, e.g. 'my dog's name'.")
         if not 1 <= k <= MAX_K:
             raise ToolException(f"k must be between 1 and {MAX_K}, got {k}.")
-        docs = search_memory(memory, query, k)
+        try:
+            docs = search_memory(memory, query, k, filter=filter)
+        except QueryError as exc:
+            raise ToolException(f"{exc}.") from None
+        if not docs and filter:
+            return f"No conversation matches the filter {filter}: search again without it, or with another."
         if not docs:
             return "This memory holds no sessions yet: there is nothing to search."
         # One line per session: raw-mode summaries are whole windows of turns, newlines included.
