@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -62,12 +63,14 @@ def cmd_ingest(args) -> None:
 
 def cmd_search(args) -> None:
     memory = _memory(args)
-    docs = memory.search(args.query, k=args.k, min_score=args.min_score)
+    docs = memory.search(args.query, k=args.k, filter=args.filter, min_score=args.min_score)
     if not docs and args.min_score is not None:
-        best = memory.search(args.query, k=1)
+        best = memory.search(args.query, k=1, filter=args.filter)
         if best:  # say why nothing is shown: the cut-off, not an empty memory
             print(f"apdmem: no session scores at least {args.min_score} (the best scores {best[0].metadata['score']:.4f})",
                   file=sys.stderr)
+    elif not docs and args.filter is not None and memory.session_ids():
+        print("apdmem: no session matches the filter", file=sys.stderr)
     for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
         text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
@@ -129,9 +132,12 @@ def cmd_reindex(args) -> None:
         if args.rebuild_layers and report.recorded is not None:
             rebuilt = Memory(user, store=args.store, chat_model=args.chat_model, embeddings=args.embeddings,
                              base_url=args.base_url).rebuild_layers(progress=not args.quiet)
-            print(f"user {user!r}: L1 of {len(rebuilt.l1)} and L2 of {len(rebuilt.l2)} session(s) written by another "
-                  f"writer made again by {rebuilt.writer!r} in {rebuilt.seconds:.1f}s; model tokens: "
-                  f"{rebuilt.usage.input_tokens} in, {rebuilt.usage.output_tokens} out", flush=True)
+            if rebuilt.l1 or rebuilt.l2:
+                print(f"user {user!r}: L1 of {len(rebuilt.l1)} and L2 of {len(rebuilt.l2)} session(s) written by another "
+                      f"writer made again by {rebuilt.writer!r} in {rebuilt.seconds:.1f}s; model tokens: "
+                      f"{rebuilt.usage.input_tokens} in, {rebuilt.usage.output_tokens} out", flush=True)
+            else:
+                print(f"user {user!r}: every cached L1/L2 was written by {rebuilt.writer!r}; nothing to make again", flush=True)
 
 
 def cmd_migrate(args) -> None:
@@ -313,6 +319,17 @@ def positive(text: str) -> int:
     return value
 
 
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object (a search filter)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}, e.g. '{{\"channel\": \"email\"}}'")
+    return value
+
+
 def location(text: str) -> str:
     """An argparse type: a store location given explicitly, never empty (an empty one is not "the default")."""
     if not text.strip():
@@ -368,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=positive, default=SEARCH_K, help=f"how many sessions (default {SEARCH_K})")
     p.add_argument("--min-score", type=float, default=None,
                    help="leave out sessions scoring below this (the score printed; default: none, the k best are shown)")
+    p.add_argument("--filter", type=json_object, default=None,
+                   help='only sessions whose metadata and date match, a JSON object: \'{"channel": "email"}\', '
+                        '\'{"date": {"$gte": "2024-05-01", "$lt": "2024-06-01"}}\' (see README, Retrieval)')
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown; or the cross-session links")
     p.add_argument("session", nargs="?")

@@ -167,3 +167,19 @@ def test_a_reranked_search_lifts_linked_sessions_as_the_controller_does(alice):
     # A filter holds over links: a session it leaves out is never lifted in.
     chat_only = found(alice.search(question, k=9, rerank=True, filter={"channel": "chat"}))
     assert "s-shop1" in chat_only and "s-shop2" not in chat_only
+
+
+def test_the_command_line_filters_and_refuses_a_bad_filter_in_one_line(alice, store_location, capsys):
+    def search_cli(*args):
+        capsys.readouterr()
+        code = main(["search", QUESTION, "-k", "20", "--user", "alice", "--store", store_location, *args])
+        return (code, *capsys.readouterr())
+
+    code, out, err = search_cli("--filter", '{"channel": "email"}')
+    shown = {line.split()[1] for line in out.splitlines() if line[:1].isdigit()}
+    assert code == 0 and shown == EMAIL, err
+    assert search_cli("--filter", '{"channel": "fax"}') == (0, "", "apdmem: no session matches the filter\n")
+    for bad in ("channel=email", '{"channel": {"$like": "e"}}'):
+        code, out, err = search_cli("--filter", bad)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "filter" in err and "{\"channel\": \"email\"" in err
+

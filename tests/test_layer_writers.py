@@ -67,6 +67,8 @@ def test_reindex_layers_makes_every_other_writers_layer_again(stored, history, c
         assert l2 == {"writer": "extractive", "notes": {str(t): turn_sentences(session.turns[t]) for t in (0, 2)}}
         assert INVENTED not in memory.store.get_text(f"sessions/{sid}/L1.md") + memory.store.get_text(f"sessions/{sid}/L2.md")
     assert memory.store.get("sessions/s-knee/L1.json") == kept
+    main(["reindex", "--layers", "--user", "alice", "--store", stored, "--quiet"])
+    assert "every cached L1/L2 was written by 'extractive'; nothing to make again" in capsys.readouterr().out
     again = Memory("alice", store=stored).rebuild_layers()
     assert (again.l1, again.l2, again.usage.calls) == ([], {}, 0)  # nothing left to make
 

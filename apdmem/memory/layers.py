@@ -4,8 +4,9 @@
 - L0 thematic units: one per window of turns, built at ingestion (by the chat model, or `raw`: the window
   text itself); the only layer that is indexed.
 - L1 key facts and L2 turn-level evidence notes: built on first read, then cached with the name of their writer
-  (`writer`); a cached layer another writer made is made again when read. A generative chat model writes them; without one (the embedded default, ``chat_model="local"``), or where a model's reply is unusable,
-  they are extractive: sentences of the session itself (L1: the user's own salient sentences; L2: each turn's
+  (`writer`); a cached layer another writer made is made again when read. A generative chat model writes them;
+  without one (the embedded default, ``chat_model="local"``), or where a model's reply is unusable, they are
+  extractive: sentences of the session itself (L1: the user's own salient sentences; L2: each turn's
   sentences), so nothing a model invented is ever presented as the user's memory.
 """
 
@@ -215,7 +216,7 @@ def writer(model_id: str, layer: str) -> str:
     `apdmem.models.chat_model_id`), else the model and a fingerprint of the layer's prompt, so that a layer written
     by another model, or by this one from another prompt, is never served as this configuration's.
 
-    >>> writer("extractive", "L1"), writer("local:smollm2", "L2")[:25]
+    >>> writer("extractive", "L1"), writer("local:smollm2", "L2")[:22]
     ('extractive', 'local:smollm2 (prompt ')
     """
     if model_id == EXTRACTIVE:

@@ -67,7 +67,7 @@ def lift(candidates: dict[str, dict], question: str, links: dict[str, list[dict]
     sessions, at most `LINKS_LIFTED`, each to `LIFT` of the score of the session it is linked from, and its
     best-ranked session dated near each of `date_ranges` (the one the date cover opens: `wanted`) to `LIFT` of the
     best score; a session ranking higher already keeps its score. A lifted session records why under ``via``: its
-    link (``from``, ``strength``, ``terms``) or the date range (``date_range``: [start, end]). `links` maps sessions to their links (`search.linked`:
+    link (``from``, ``strength``, ``terms``) or the date range (``date_range``: [start, end]). `links` maps sessions to their links (`linked`:
     ``session_id``, ``date``, ``strength``, ``terms``); a linked session the searches did not find becomes a
     candidate without a matched unit."""
     ranked = ranking(candidates, question)

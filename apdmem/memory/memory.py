@@ -397,8 +397,8 @@ class Memory:
 
         `rerank=True` ranks as the controller does: the `RERANK_POOL` (20) best sessions (or k, if more) are rescored
         with the cross-encoder (`reranker`, default Settings' `reranker_model`; `retriever.rerank`, which reads the first
-        10), and the k best kept: better ordering for ~30 ms per session read on two cores; one query only. The score becomes a standard score (`min_score` applies
-        before, to the search score, kept as ``metadata["search_score"]``). Then the controller's lifts apply
+        10), and the k best kept: better ordering for ~30 ms per session read on two cores; one query only. The score
+        becomes a standard score (`min_score` applies before, to the search score, kept as ``metadata["search_score"]``). Then the controller's lifts apply
         (`apdmem.memory.lifts`) instead of the date preference: the best-ranked session dated near each date range,
         and, for a query that gathers several sessions ("how many", "the latest" ...), the sessions most strongly
         linked to the first ones, rise to 0.8 of the best score; a lifted session says why in ``metadata["via"]``.
@@ -448,7 +448,8 @@ class Memory:
         candidates: dict[str, dict] = {}
         lifts.collect(candidates, query, docs)
         links = lifts.linked(self, list(candidates)) if lifts.follows_links(query) else {}
-        links = {sid: [link for link in found if allowed is None or link["session_id"] in allowed] for sid, found in links.items()}
+        if allowed is not None:  # a filter holds over links: a session it leaves out is never lifted in
+            links = {sid: [link for link in found if link["session_id"] in allowed] for sid, found in links.items()}
         lifts.lift(candidates, query, links, [[f"{start}", f"{end}"] for start, end in ranges])
         found = {doc.metadata["session_id"]: doc for doc in docs}
         out = []
@@ -460,7 +461,8 @@ class Memory:
                     continue
                 doc = self._document(generation, best[0])
             via = {"via": candidates[sid]["via"]} if "via" in candidates[sid] else {}
-            out.append(Document(page_content=doc.page_content, metadata={**doc.metadata, "score": candidates[sid]["hits"][query], **via}))
+            score = candidates[sid]["hits"][query]
+            out.append(Document(page_content=doc.page_content, metadata={**doc.metadata, "score": score, **via}))
         return out
 
     def as_retriever(self, k: int = SEARCH_K, *, filter=None, min_score: float | None = None, rerank: bool = False) -> HybridRetriever:
@@ -581,7 +583,8 @@ class Memory:
             l2_writer, l2 = layers.recorded(self.store.get_json(key(sid, "L2.json")), "L2")
             if l1 is not None and l1_writer != self.writers["L1"]:
                 report.l1.append(sid)
-            if l2 is not None and l2_writer != self.writers["L2"] and (turns := _notes_from(l2, self.manifest["sessions"][sid]["turns"])):
+            turns = _notes_from(l2, self.manifest["sessions"][sid]["turns"]) if l2_writer != self.writers["L2"] else {}
+            if turns:
                 report.l2[sid] = sorted(turns)
 
         def rebuild(sid: str, spent: Usage) -> None:

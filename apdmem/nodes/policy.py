@@ -30,7 +30,9 @@ import statistics
 
 from apdmem.graph.state import LAYER_DEPTH
 from apdmem.memory.index import tokenize
-from apdmem.memory.lifts import LIFT, LIFTED_FROM, LINKS_LIFTED, dated_near, follows_links, lift, raise_to, ranking  # noqa: F401 - the policy's own terms, shared with `Memory.search`
+# The lifts are the policy's own terms, shared with `Memory.search`: they live below both.
+from apdmem.memory.lifts import (LIFT, LIFTED_FROM, LINKS_LIFTED, dated_near, follows_links, lift,  # noqa: F401
+                                 raise_to, ranking)
 
 # A session stands out when its score is at least this share of the way from the background (the median score
 # below the first BACKGROUND_FROM places) to the best. On reranked scores, 20 sessions per search, links lifted,
