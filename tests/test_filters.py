@@ -15,6 +15,7 @@ from test_links import SHOP_1, SHOP_2
 from apdmem.cli import main
 from apdmem.errors import QueryError
 from apdmem.graph import Context, Settings
+from apdmem.graph.service import build_service_graph
 from apdmem.memory import Memory
 from apdmem.memory.migrate import migrate
 from apdmem.nodes import policy
@@ -182,4 +183,15 @@ def test_the_command_line_filters_and_refuses_a_bad_filter_in_one_line(alice, st
     for bad in ("channel=email", '{"channel": {"$like": "e"}}'):
         code, out, err = search_cli("--filter", bad)
         assert code == 2 and out == "" and err.count("\n") == 1 and "filter" in err and "{\"channel\": \"email\"" in err
+
+
+def test_a_servers_remember_input_carries_metadata(alice):
+    remember = build_service_graph("remember", memory=alice)
+    one = {"session_id": "chat-9", "metadata": {"channel": "sms"},
+           "messages": [{"role": "user", "content": "My cat is called Miso."}, {"role": "ai", "content": "Cute!"}]}
+    several = {"sessions": [{"session_id": "mail-9", "date": "2024-06-02T09:00", "metadata": {"channel": "sms"},
+                             "messages": [{"role": "user", "content": "Miso caught a mouse today."}]}]}
+    for inputs in (one, several):
+        assert remember.invoke(inputs, context=Context(user_id="alice"))["added"]
+    assert set(found(alice.search("my cat Miso", k=20, filter={"channel": "sms"}))) == {"chat-9", "mail-9"}
 
