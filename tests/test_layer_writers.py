@@ -3,9 +3,11 @@ a layer another writer cached (or one cached before writers were recorded) is ne
 read (in memory only on a read-only store), and `apdmem reindex --layers` (`Memory.rebuild_layers`) makes them all
 again at once; on both stores. The generative writer is the embedded SmolLM2 (slow tests)."""
 
+import uuid
+
 import pytest
 from conftest import HISTORY, make_session
-from test_integrity import files, read_only_mounts, run_read_only
+from test_integrity import files, read_only_mounts, run_read_only, snapshot, sql
 
 from apdmem.cli import main
 from apdmem.memory import Memory
@@ -84,6 +86,25 @@ def test_a_read_only_store_serves_the_layer_made_again_without_writing(tmp_path,
     code, out, err = run_read_only(directory, "show", "s-dog", "--layer", "L1", "--user", "alice", "--store", str(directory))
     assert code == 0 and "Biscuit" in out and INVENTED not in out, err
     assert files(directory) == before
+
+
+def test_a_select_only_postgres_role_serves_the_layer_made_again_without_writing(postgres_url, postgres, history,
+                                                                                  embeddings, monkeypatch, capsys):
+    monkeypatch.delenv("APDMEM_CHAT_MODEL", raising=False)
+    memory = Memory("alice", store=postgres_url, l0_mode="raw")
+    memory.ingest(history)
+    plant(memory, "s-dog", l1_writer=SMOLLM2_L1, l2_writer=None)
+    suffix = uuid.uuid4().hex[:8]
+    postgres.psql(f"CREATE ROLE reader_{suffix} LOGIN")
+    sql(postgres_url, f"GRANT SELECT ON langchain_key_value_stores TO reader_{suffix}")
+    reader = postgres_url.replace("postgresql://apdmem@", f"postgresql://reader_{suffix}:pw@")
+    before = snapshot(postgres_url)
+    for layer in ("L1", "L2"):
+        capsys.readouterr()
+        code = main(["show", "s-dog", "--layer", layer, "--user", "alice", "--store", reader])
+        out, err = capsys.readouterr()
+        assert code == 0 and "Biscuit" in out and INVENTED not in out, err
+    assert snapshot(postgres_url) == before
 
 
 @pytest.mark.slow
