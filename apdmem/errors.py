@@ -38,10 +38,11 @@ class ConfigError(ApdmemError, ValueError):
     """A model or store specification that apdmem cannot honour."""
 
 
-class ModelError(ApdmemError):
+class ModelError(ApdmemError, RuntimeError):
     """A configured model could not be reached or failed (connection refused, authentication, a server error):
-    apdmem never answers without it when it was chosen. The message names the model and the reason, in one line.
-    Output a model did give but that is unusable (not the JSON asked for) is no error: the caller falls back."""
+    apdmem never answers without it when it was chosen. The message names the model and the reason, in one line
+    (a LangGraph server shows it to the client: it is a RuntimeError). Output a model did give but that is unusable
+    (not the JSON asked for) is no error: the caller falls back."""
 
 
 class StoreError(ApdmemError):

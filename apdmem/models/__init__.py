@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -272,6 +273,16 @@ def generate(model: BaseChatModel | None, prompt: str, usage=None) -> str:
 REASON_CHARS = 300  # of a provider's error message (some quote the whole response body)
 
 
+def _without_credentials(url: str) -> str:
+    """A server's URL as messages show it: without a user and password it may carry.
+
+    >>> _without_credentials("http://user:secret@llm.internal:8080/v1")
+    'http://llm.internal:8080/v1'
+    """
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else url
+
+
 def model_failure(model: BaseChatModel, exc: Exception) -> ApdmemError:
     """A model call that raised, as one line naming the model (and its server) and the reason; an apdmem error
     raised inside the call is kept as it is."""
@@ -280,5 +291,5 @@ def model_failure(model: BaseChatModel, exc: Exception) -> ApdmemError:
     name = getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
     server = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
     reason = " ".join(str(exc).split())[:REASON_CHARS] or type(exc).__name__
-    where = f" at {server}" if isinstance(server, str) and server else ""
+    where = f" at {_without_credentials(server)}" if isinstance(server, str) and server else ""
     return ModelError(f"chat model {name!r}{where} failed ({type(exc).__name__}): {reason}")
