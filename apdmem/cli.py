@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -63,12 +64,14 @@ def cmd_ingest(args) -> None:
 def cmd_search(args) -> None:
     memory = _memory(args)
     dates = parse_date_range(args.date_range) if args.date_range is not None else None
-    docs = memory.search(args.query, k=args.k, min_score=args.min_score, date_range=dates)
+    docs = memory.search(args.query, k=args.k, filter=args.filter, min_score=args.min_score, date_range=dates)
     if not docs and args.min_score is not None:
-        best = memory.search(args.query, k=1)
+        best = memory.search(args.query, k=1, filter=args.filter)
         if best:  # say why nothing is shown: the cut-off, not an empty memory
             print(f"apdmem: no session scores at least {args.min_score} (the best scores {best[0].metadata['score']:.4f})",
                   file=sys.stderr)
+    elif not docs and args.filter is not None and memory.session_ids():
+        print("apdmem: no session matches the filter", file=sys.stderr)
     for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
         text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
@@ -147,6 +150,15 @@ def cmd_reindex(args) -> None:
         else:
             now = "now" if report.repaired else "already"
             print(f"user {user!r}: {now} embedded with {report.space!r}; nothing to do", flush=True)
+        if args.rebuild_layers and report.recorded is not None:
+            rebuilt = Memory(user, store=args.store, chat_model=args.chat_model, embeddings=args.embeddings,
+                             base_url=args.base_url).rebuild_layers(progress=not args.quiet)
+            if rebuilt.l1 or rebuilt.l2:
+                print(f"user {user!r}: L1 of {len(rebuilt.l1)} and L2 of {len(rebuilt.l2)} session(s) written by another "
+                      f"writer made again by {rebuilt.writer!r} in {rebuilt.seconds:.1f}s; model tokens: "
+                      f"{rebuilt.usage.input_tokens} in, {rebuilt.usage.output_tokens} out", flush=True)
+            else:
+                print(f"user {user!r}: every cached L1/L2 was written by {rebuilt.writer!r}; nothing to make again", flush=True)
 
 
 def cmd_migrate(args) -> None:
@@ -334,6 +346,17 @@ def positive(text: str) -> int:
     return value
 
 
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object (a search filter)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}, e.g. '{{\"channel\": \"email\"}}'")
+    return value
+
+
 def location(text: str) -> str:
     """An argparse type: a store location given explicitly, never empty (an empty one is not "the default")."""
     if not text.strip():
@@ -391,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out sessions scoring below this (the score printed; default: none, the k best are shown)")
     p.add_argument("--date-range", default=None, metavar="START..END",
                    help=f"rank the sessions dated in this range first, none dropped ({DATE_RANGE_TEXT})")
+    p.add_argument("--filter", type=json_object, default=None,
+                   help='only sessions whose metadata and date match, a JSON object: \'{"channel": "email"}\', '
+                        '\'{"date": {"$gte": "2024-05-01", "$lt": "2024-06-01"}}\' (see docs/retrieval.md)')
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("show", parents=[common, user], help="a layer of a session, as Markdown; or the cross-session links")
     p.add_argument("session", nargs="?")
@@ -432,8 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser("reindex", parents=[common, user],
-                       help="re-embed a user's memory with the configured --embeddings (after changing them)")
+                       help="re-embed a user's memory with the configured --embeddings (after changing them); with "
+                            "--layers, also make again the cached L1/L2 another chat model wrote")
     p.add_argument("--all-users", action="store_true", help="every user with a memory in the store, instead of --user")
+    p.add_argument("--layers", dest="rebuild_layers", action="store_true",  # not `layers`: a Context field
+                   help="also make again, with the configured --chat-model, every cached L1/L2 layer written by another "
+                        "(another model, another prompt, or none: 'local' writes no model's text)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reindex)
     p = sub.add_parser("migrate", help="copy memories from one store to another (e.g. into PostgreSQL) and check the copy")

@@ -55,6 +55,10 @@ class InvalidIdError(ApdmemError, ValueError):
     """A user or session id that cannot be used as a storage name."""
 
 
+class QueryError(ApdmemError, ValueError):
+    """A search's filter or date range that is not of the form it takes; the message names the form."""
+
+
 class UnknownSessionError(ApdmemError, KeyError):
     """The session is not in this user's memory."""
 
@@ -64,6 +68,13 @@ class UnknownSessionError(ApdmemError, KeyError):
 
 class ConfigError(ApdmemError, ValueError):
     """A model or store specification that apdmem cannot honour."""
+
+
+class ModelError(ApdmemError, RuntimeError):
+    """A configured model could not be reached or failed (connection refused, authentication, a server error):
+    apdmem never answers without it when it was chosen. The message names the model and the reason, in one line
+    (a LangGraph server shows it to the client: it is a RuntimeError). Output a model did give but that is unusable
+    (not the JSON asked for) is no error: the caller falls back."""
 
 
 class StoreError(ApdmemError):

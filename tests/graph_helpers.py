@@ -32,6 +32,7 @@ def _numbered_turns(prompt: str) -> list[int]:
 
 # What the model says when the script of a kind is used up: harmless, valid replies.
 DEFAULT_REPLIES: dict[str, Any] = {
+    "WindowSummary": lambda prompt: {"summary": "L0 summary: " + re.search(r"^\[\d+\] \w+: (.*)$", prompt, re.M)[1]},
     "ResolvedDates": {"ranges": []},
     "SubQueries": {"queries": []},
     "Reflection": {"sufficient": True, "draft_answer": "scripted draft"},

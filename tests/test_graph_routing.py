@@ -138,14 +138,14 @@ GOOD = {
     "notes": "## Relevant facts\n- scripted notes",
     "answer": "scripted answer",
 }
-# Every attempt of a failing decision is unusable: not JSON, JSON off the schema, or an error of the server
-# (however many attempts `ask_structured` makes).
+# Every attempt of a failing decision is unusable: not JSON, JSON off the schema, or empty; a transient error of the
+# server (a timeout) is tried again (`ask_structured`).
 FAILING = {
     "dates": {"ResolvedDates": [BAD, {"ranges": [{"expression": "my birthday trip"}]}, BAD]},
     "decompose": {"SubQueries": [TimeoutError("server too slow"), {"queries": "dog food"}, BAD]},
     "reflect": {"Reflection": [BAD, {"sufficient": "perhaps", "deepen": [{"session_id": "s-dog", "layer": "L9"}]}, BAD] * 3},
-    "notes": {"notes": [RuntimeError("server down")]},
-    "answer": {"answer": [RuntimeError("server down")]},
+    "notes": {"notes": [""]},  # an empty reply (a model that raises is an error: test_model_failures.py)
+    "answer": {"answer": [""]},
 }
 
 

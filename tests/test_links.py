@@ -222,6 +222,7 @@ def test_the_policy_follows_no_link_for_a_single_fact_question(shopper, question
 def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_sessions():
     import doctest
 
+    from apdmem.memory import lifts
     from apdmem.nodes import policy
     from apdmem.nodes.reflect import render_candidates
 
@@ -250,4 +251,4 @@ def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_ses
     higher = {"s1": {**candidates["s1"], "hits": {"q": -1.0}, "score": -1.0}, "s2": {**candidates["s2"], "hits": {"q": 3.0}, "score": 3.0}}
     policy.lift(higher, "q", {"s1": [link("s2", 0.9), link("s9", 0.8)]})
     assert higher["s2"]["hits"]["q"] == 3.0 and "via" not in higher["s2"] and higher["s9"]["hits"]["q"] == pytest.approx(-1.2)
-    assert doctest.testmod(policy).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no
+    assert doctest.testmod(policy).failed == doctest.testmod(lifts).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no

@@ -99,17 +99,18 @@ def test_hybrid_retriever_returns_documents(alice):
 
 
 def test_search_and_retriever_can_rescore_with_the_cross_encoder(alice):
-    """`rerank=True`: the k sessions of the first pass, rescored as the controller's searches are (same scores as
-    `search_memory` with the configured reranker); the first-pass score stays in the metadata."""
+    """`rerank=True`: the sessions of the controller's pool (20) rescored as the controller's searches are (same
+    scores as `search_memory` with the configured reranker), the k best kept; the first-pass score stays in the
+    metadata."""
     question = "When is my puppy's first vet appointment?"
-    first_pass = alice.search(question, k=4)
+    first_pass = alice.search(question, k=20)
     rescored = alice.search(question, k=4, rerank=True)
-    assert rescored == search_memory(alice, question, k=4, reranker=get_reranker())
-    assert {d.metadata["session_id"] for d in rescored} == {d.metadata["session_id"] for d in first_pass}
-    assert {d.metadata["search_score"] for d in rescored} == {d.metadata["score"] for d in first_pass}
+    assert rescored == search_memory(alice, question, k=20, reranker=get_reranker())[:4]
+    assert {d.metadata["session_id"] for d in rescored} <= {d.metadata["session_id"] for d in first_pass}
+    assert {d.metadata["search_score"] for d in rescored} <= {d.metadata["score"] for d in first_pass}
     assert rescored[0].metadata["session_id"] == "s-dog" and "rerank_score" in rescored[0].metadata
     assert alice.as_retriever(k=4, rerank=True).invoke(question) == rescored
-    assert alice.as_retriever(k=4).invoke(question) == first_pass
+    assert alice.as_retriever(k=4).invoke(question) == first_pass[:4]
     with pytest.raises(ValueError, match="one query"):
         alice.search(["dog", "vet"], rerank=True)
 

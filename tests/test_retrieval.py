@@ -245,7 +245,7 @@ def test_the_graph_reads_the_question_dates_but_searches_by_meaning(make_memory,
     calls, found = [], []
     monkeypatch.setattr(memory, "search", lambda *a, **kw: calls.append(kw) or found.append(type(memory).search(memory, *a, **kw)) or found[-1])
     out = search({**state, "queries": [state["question"]]}, runtime, settings=Settings(), memory=memory)
-    assert calls == [{"k": 3, "date_range": None}]
+    assert calls == [{"k": 3, "filter": None, "date_range": None}]  # no date preference
     assert "s-guitar" in out["candidates"]  # the hobby found by meaning
     assert "s-guitar" in policy.wanted({**state, **out})  # and dated that evening: opened either way
     # Ten days before 2024-05-15 the user told of the trip to Japan, which the question's words rank fifth of seven:

@@ -2,6 +2,7 @@
 and the graph served by `langgraph dev` (langgraph.json). Slow: each test starts a server."""
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -287,3 +288,16 @@ def test_a_user_cannot_read_another_users_thread(secured_server):
     with pytest.raises(NotFoundError):
         bob.threads.get_state(thread["thread_id"])
     assert thread["thread_id"] not in {t["thread_id"] for t in bob.threads.search()}
+
+
+def test_a_server_whose_chat_model_cannot_be_reached_fails_the_run_in_one_line(tmp_path, history):
+    """No silent fallback behind a server either: its configured chat model refuses connections, so the run fails
+    with the one line naming the model and its server, never an extractive reply in its place."""
+    memory_dir = tmp_path / "memory"
+    Memory("alice", store=str(memory_dir), l0_mode="raw").ingest(history[:2])
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    with langgraph_dev(memory_dir, APDMEM_CHAT_MODEL="openai:apdmem-test", APDMEM_BASE_URL=closed) as url:
+        with pytest.raises(Exception, match=rf"chat model 'apdmem-test' at {re.escape(closed)} failed") as failed:
+            get_sync_client(url=url).runs.wait(None, "apdmem", input={"question": QUESTION, "question_date": QUESTION_DATE},
+                                               context={**QUICK, "user_id": "alice"})
+    assert "Biscuit" not in str(failed.value)

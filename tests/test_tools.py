@@ -22,7 +22,7 @@ def tools(make_memory, history):
 
 def test_four_tools_with_documented_arguments(tools):
     assert list(tools) == ["search_memory", "read_facts", "read_notes", "read_raw"]
-    assert set(tools["search_memory"].args) == {"query", "k", "date_range"}
+    assert set(tools["search_memory"].args) == {"query", "k", "date_range", "filter"}
     assert set(tools["read_facts"].args) == {"session_id"}
     assert set(tools["read_notes"].args) == set(tools["read_raw"].args) == {"session_id", "turns"}
     assert all(t.description for t in tools.values())

@@ -7,7 +7,7 @@ import re
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.nodes.notes import generate
+from apdmem.models import generate
 
 _YES_NO = re.compile(r"\b(yes|no)\b", re.I)
 

@@ -22,7 +22,7 @@ from typing import Annotated
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import Field
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from apdmem.errors import InputError
 from apdmem.graph.context import Context
@@ -51,6 +51,8 @@ class SessionRecord(TypedDict):
     session_id: Annotated[str, _doc("The conversation's id in the user's memory.")]
     date: Annotated[str, _doc("When it took place: ISO 8601, e.g. '2024-05-01T09:30'.")]
     messages: Annotated[list[Message], _doc("The messages, in order.")]
+    metadata: NotRequired[Annotated[dict, _doc('Names to strings, numbers or booleans, e.g. {"channel": "email"}: what '
+                                               "search filters read.")]]
 
 
 # --- remember ----------------------------------------------------------------------------------------------
@@ -66,6 +68,8 @@ class RememberInput(TypedDict, total=False):
                                     "messages extends that conversation.")]
     date: Annotated[str, _doc("When the conversation given in messages started (ISO 8601); default: the stored "
                               "session's date, else now.")]
+    metadata: Annotated[dict, _doc("The conversation's metadata, names to strings, numbers or booleans (e.g. "
+                                   '{"channel": "email"}), what search filters read; default: the stored session\'s.')]
 
 
 class RememberOutput(TypedDict, total=False):
@@ -85,7 +89,7 @@ def remember(state: RememberState, runtime: Runtime[Context], *, settings: Setti
     _check_size(state)
     memory = open_memory(runtime, settings, memory)
     if state.get("sessions") is not None:
-        if any(state.get(key) is not None for key in ("messages", "session_id", "date")):
+        if any(state.get(key) is not None for key in ("messages", "session_id", "date", "metadata")):
             raise InputError("give either 'sessions' or 'messages' with 'session_id', not both")
         try:
             report = memory.ingest(parse_sessions(state["sessions"]))
@@ -95,7 +99,8 @@ def remember(state: RememberState, runtime: Runtime[Context], *, settings: Setti
         if state.get("session_id") is None:
             raise InputError("'messages' needs a 'session_id'")
         try:
-            report = memory.remember(state["messages"], session_id=state["session_id"], date=state.get("date"))
+            report = memory.remember(state["messages"], session_id=state["session_id"], date=state.get("date"),
+                                     metadata=state.get("metadata"))
         except InputError as error:
             raise InputError(error.reason, source="messages", record=error.record) from None
     else:

@@ -3,7 +3,7 @@ may delete.
 
 A user's store holds, under ``users/<user>/``:
 
-- ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count) and the number of
+- ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count, metadata) and the number of
   the current *generation*;
 - ``index/<generation>/units.json`` and ``vectors.f32``: the L0 units and their vectors as saved by that
   generation, and ``links.json``, the cross-session links (`apdmem.memory.links`) built from them (derived data:
@@ -583,17 +583,18 @@ class Generations:
         return units
 
     def write_session(self, session: Session, units: list[Unit], *, whole: bool = True,
-                      notes: dict[int, list[str]] | None = None) -> None:
-        """Write a session's layers (under the lock): L0, then L3 (and L2 `notes` kept from a version it
-        replaces), then session.json, written last so that a session.json on disk means the session is whole.
-        ``whole=False`` writes L0 only."""
+                      notes: tuple[str, dict[int, list[str]] | None] | None = None) -> None:
+        """Write a session's layers (under the lock): L0, then L3 (and L2 notes kept from a version it
+        replaces, `notes` as (writer, notes by turn)), then session.json, written last so that a session.json on disk
+        means the session is whole. ``whole=False`` writes L0 only."""
         sid = session.session_id
         self.store.put_json({key(sid, "L0.json"): [u.to_json() for u in units]})
         if whole:
             self.store.put_text({key(sid, "L3.md"): layers.render_l3(session), key(sid, "L0.md"): layers.render_l0(session, units)})
-            if notes:
-                self.store.put_json({key(sid, "L2.json"): {str(t): n for t, n in sorted(notes.items())}})
-                self.store.put_text({key(sid, "L2.md"): layers.render_l2(session, notes)})
+            writer, kept = notes or (None, None)
+            if kept:
+                self.store.put_json({key(sid, "L2.json"): layers.record("L2", writer, {str(t): n for t, n in sorted(kept.items())})})
+                self.store.put_text({key(sid, "L2.md"): layers.render_l2(session, kept)})
             self.store.put_json({key(sid, "session.json"): session.to_json()})
         else:
             self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
@@ -650,8 +651,9 @@ def key(session_id: str, name: str) -> str:
 
 
 def listing(session: Session, units: int) -> dict:
-    """The manifest entry of a session."""
-    return {"date": session.date.isoformat(), "turns": len(session.turns), "hash": session.content_hash(), "units": units}
+    """The manifest entry of a session (with its metadata, which search filters read without opening the session)."""
+    entry = {"date": session.date.isoformat(), "turns": len(session.turns), "hash": session.content_hash(), "units": units}
+    return {**entry, "metadata": dict(session.metadata)} if session.metadata else entry
 
 
 def _indexes_listing(index: UnitIndex, manifest: dict) -> bool:
@@ -665,4 +667,4 @@ def _indexes_listing(index: UnitIndex, manifest: dict) -> bool:
 def _listing_entry(meta: object) -> bool:
     """Whether a manifest entry has the shape `listing` gives it."""
     return (isinstance(meta, dict) and isinstance(meta.get("date"), str) and isinstance(meta.get("hash"), str)
-            and type(meta.get("turns")) is int and type(meta.get("units")) is int)
+            and type(meta.get("turns")) is int and type(meta.get("units")) is int and isinstance(meta.get("metadata", {}), dict))

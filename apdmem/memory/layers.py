@@ -3,14 +3,16 @@
 - L3 raw messages: the turns themselves, stored at ingestion.
 - L0 thematic units: one per window of turns, built at ingestion (by the chat model, or `raw`: the window
   text itself); the only layer that is indexed.
-- L1 key facts and L2 turn-level evidence notes: built on first read, then cached. A generative chat model
-  writes them; without one (the embedded default, ``chat_model="local"``), or when the model fails, they are
+- L1 key facts and L2 turn-level evidence notes: built on first read, then cached with the name of their writer
+  (`writer`); a cached layer another writer made is made again when read. A generative chat model writes them;
+  without one (the embedded default, ``chat_model="local"``), or where a model's reply is unusable, they are
   extractive: sentences of the session itself (L1: the user's own salient sentences; L2: each turn's
   sentences), so nothing a model invented is ever presented as the user's memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timedelta
 
@@ -20,7 +22,7 @@ from tqdm.auto import tqdm
 
 from apdmem import prompts
 from apdmem.memory.records import ROLES, Session, Turn, Unit, Usage
-from apdmem.models import ask_structured
+from apdmem.models import EXTRACTIVE, ask_structured
 
 LAYERS = ("L0", "L1", "L2", "L3")
 TURN_CHARS = 2_000  # per turn in construction prompts: keeps a window well inside small context windows
@@ -98,7 +100,8 @@ def _named(turn: Turn) -> str:
 
 
 def llm_unit(session: Session, start: int, end: int, model, usage: Usage) -> Unit:
-    """A unit summarized by the chat model; falls back to the raw window if the model fails."""
+    """A unit summarized by the chat model; the raw window where its reply is unusable (a model that cannot be
+    reached is an error, `ModelError`)."""
     date = session.date
     prompt = prompts.L0_WINDOW.format(
         date=date.isoformat(" ", "minutes"),
@@ -168,7 +171,7 @@ def build_units(
 
 def extract_facts(session: Session, model, usage: Usage) -> list[str]:
     """L1: key facts about the user, written by the chat model; without a generative model (`model` None) or
-    when it fails, the user's own salient sentences (`key_sentences`)."""
+    where its reply is unusable, the user's own salient sentences (`key_sentences`)."""
     out = ask_structured(model, KeyFacts, _session_prompt(prompts.L1_FACTS, session, range(len(session.turns))), usage)
     facts = [one_line(f) for f in (out.facts if out else []) if f.strip()][:MAX_FACTS]
     return facts or key_sentences(session)
@@ -177,7 +180,7 @@ def extract_facts(session: Session, model, usage: Usage) -> list[str]:
 def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None = None, *, concurrency: int = 1) -> dict[int, list[str]]:
     """L2: atomic evidence bullets per turn (all turns, or the listed ones), four turns per model call, up to
     `concurrency` calls at a time. Without a generative model (`model` None) each turn's notes are its own
-    sentences (`turn_sentences`); so are those of turns the model skips or fails on, so no turn is lost."""
+    sentences (`turn_sentences`); so are those of turns the model's reply skips or garbles, so no turn is lost."""
     wanted = list(range(len(session.turns))) if turns is None else sorted(set(turns))
     if model is None:
         return {index: turn_sentences(session.turns[index]) for index in wanted}
@@ -200,6 +203,39 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
         results = list(pool.map(run, range(len(chunks))))
     usage.merge_concurrent(spent, workers)
     return {t: n for notes in results for t, n in notes.items()}
+
+
+# --- Who wrote a cached L1 or L2 --------------------------------------------------------------------------
+
+PROMPTS = {"L1": prompts.L1_FACTS, "L2": prompts.L2_NOTES}
+CONTENT = {"L1": "facts", "L2": "notes"}  # the field of a cached layer's record that holds it
+
+
+def writer(model_id: str, layer: str) -> str:
+    """The writer a cached L1 or L2 records: "extractive" when no model wrote it (`model_id` from
+    `apdmem.models.chat_model_id`), else the model and a fingerprint of the layer's prompt, so that a layer written
+    by another model, or by this one from another prompt, is never served as this configuration's.
+
+    >>> writer("extractive", "L1"), writer("local:smollm2", "L2")[:22]
+    ('extractive', 'local:smollm2 (prompt ')
+    """
+    if model_id == EXTRACTIVE:
+        return EXTRACTIVE
+    return f"{model_id} (prompt {hashlib.sha256(PROMPTS[layer].encode()).hexdigest()[:8]})"
+
+
+def record(layer: str, writer_name: str, content) -> dict:
+    """A cached layer as stored (``L1.json``, ``L2.json``): its writer and its content (L1: the facts; L2: the
+    notes by turn index as a string)."""
+    return {"writer": writer_name, CONTENT[layer]: content}
+
+
+def recorded(data: object, layer: str) -> tuple[str | None, object]:
+    """(writer, content) of a stored layer record; a layer cached before writers were recorded (a bare list of
+    facts, or notes by turn) has writer None: unknown, so it is made again when read."""
+    if isinstance(data, dict) and isinstance(data.get("writer"), str):
+        return data["writer"], data.get(CONTENT[layer])
+    return None, data
 
 
 # --- Extractive L1 and L2: sentences of the session itself ------------------------------------------------

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from apdmem.errors import InputError, shown
 from apdmem.limits import MAX_MESSAGE_CHARS  # refused here rather than halfway through ingest
-from apdmem.memory.records import ROLES, Session, Turn, check_id
+from apdmem.memory.records import ROLES, Session, Turn, check_id, check_metadata
 
 _ROLE_ALIASES = {"human": "user", "ai": "assistant"}  # LangChain's type names, common in chat exports
 _LANGCHAIN_ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"))
@@ -110,9 +110,11 @@ def parse_date(text: str) -> datetime:
         raise ValueError(f"unrecognized date {shown(text)}: expected {expected}") from None
 
 
-def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id: str, date: datetime | str) -> Session:
+def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id: str, date: datetime | str,
+                          metadata: dict | None = None) -> Session:
     """A Session from one conversation: LangChain messages (Human -> user, AI -> assistant, System -> system)
-    or messages of the generic format (``{"role": "user", "content": "..."}``), mixed as they come.
+    or messages of the generic format (``{"role": "user", "content": "..."}``), mixed as they come, with its
+    `metadata` (names to strings, numbers or booleans, e.g. ``{"channel": "email"}``: what search filters read).
 
     Other messages (tool results, ...) are not conversation and raise InputError. Content given as a list of
     content blocks keeps its text blocks, joined.
@@ -135,7 +137,7 @@ def session_from_messages(messages: Sequence[BaseMessage | dict], *, session_id:
         turns.append(_turn(role, str(message.text), sid, i, speaker=message.name))
     if isinstance(date, datetime):
         date = date.replace(tzinfo=None)  # as parse_date does, so that all stored dates compare
-    return _session(sid, date, turns)
+    return _session(sid, date, turns, _checked(check_metadata, metadata, where=sid))
 
 
 def parse_sessions(records: Any) -> list[Session]:
@@ -263,11 +265,12 @@ def _check_text(text: str, what: str, sid: str) -> None:
                          f"at character {e.start})", record=sid) from None
 
 
-def _session(sid: str, date: datetime | str, turns: list[Turn]) -> Session:
+def _session(sid: str, date: datetime | str, turns: list[Turn], metadata: dict | None = None) -> Session:
     """A Session from checked parts; a session without turns has nothing to remember and is refused."""
     if not turns:
         raise InputError("session has no turns", record=sid)
-    return Session(sid, date if isinstance(date, datetime) else _checked(parse_date, date, where=sid), tuple(turns))
+    return Session(sid, date if isinstance(date, datetime) else _checked(parse_date, date, where=sid), tuple(turns),
+                   metadata or {})
 
 
 def _unique(sessions: list[Session]) -> list[Session]:
@@ -276,15 +279,16 @@ def _unique(sessions: list[Session]) -> list[Session]:
     for s in sessions:
         first = seen.setdefault(s.session_id, s)
         if first != s:
-            what = f"dates ({first.date} and {s.date})" if first.date != s.date else "turns"
+            what = f"dates ({first.date} and {s.date})" if first.date != s.date else "turns" if first.turns != s.turns else "metadata"
             raise InputError(f"duplicate session id {s.session_id!r} with different {what}", record=s.session_id)
     return list(seen.values())
 
 
 def _generic_session(entry: Any, index: int) -> Session:
-    """{"session_id", "date", "messages": [{"role", "content"}]} -> Session."""
+    """{"session_id", "date", "messages": [{"role", "content"}], "metadata"?: {...}} -> Session."""
     sid = _checked(check_id, _field(entry, "session_id", str, index), "session", where=index)
-    return _session(sid, _field(entry, "date", str, sid), _dict_turns(_field(entry, "messages", object, sid), sid))
+    metadata = _checked(check_metadata, _field(entry, "metadata", object, sid, default=None), where=sid)
+    return _session(sid, _field(entry, "date", str, sid), _dict_turns(_field(entry, "messages", object, sid), sid), metadata)
 
 
 def _dict_turns(messages: Any, sid: str) -> list[Turn]:

@@ -20,18 +20,18 @@ from langchain_core.documents import Document
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 from tqdm.auto import tqdm
 
-from apdmem.errors import ConfigError, UnknownSessionError
-from apdmem.memory import layers
+from apdmem.errors import ConfigError, StoreError, UnknownSessionError
+from apdmem.memory import layers, lifts
 from apdmem.memory.index import UnitIndex, spellings
 from apdmem.memory.links import Link
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id, readable
 from apdmem.memory.generations import Generations, key, listing
-from apdmem.memory.retriever import SEARCH_K, HybridRetriever, date_ranges, rank_sessions
+from apdmem.memory.retriever import RERANK_POOL, SEARCH_K, HybridRetriever, date_ranges, rank_sessions, session_filter
 from apdmem.memory.retriever import rerank as rescore
 from apdmem.memory.store import UserStore, session_key
-from apdmem.models import embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded, recorded_space
+from apdmem.models import chat_model_id, embed_array, embeddings_id, get_chat_model, get_embeddings, get_reranker, is_embedded, recorded_space
 from apdmem.settings import L0_MODES, Settings
 
 CHECKPOINT_SECONDS = 30  # during a long ingestion, what is built is committed at least this often
@@ -67,6 +67,18 @@ class ReindexReport:
     seconds: float = 0.0
     resumed: int = 0  # sessions whose vectors an interrupted reindex had saved
     repaired: list[str] = field(default_factory=list)  # what opening the memory repaired, and why
+
+
+@dataclass
+class LayersReport:
+    """What a `Memory.rebuild_layers` call did: the sessions whose L1 it made again, those whose L2 it made again
+    (with the turns), all by `writer`, and the tokens it spent."""
+
+    writer: str
+    l1: list[str] = field(default_factory=list)
+    l2: dict[str, list[int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)
 
 
 class Memory:
@@ -118,6 +130,9 @@ class Memory:
             l0_mode = "raw" if is_embedded(chat_model) else "llm"
         self.store = UserStore(open_store(store), user_id)
         self._chat_spec, self._base_url = chat_model, base_url
+        # Who writes this memory's L1 and L2 (recorded with each, `layers.writer`): a cached layer written by
+        # another (a model configured before, or none) is never served; it is made again when read.
+        self.writers = {layer: layers.writer(chat_model_id(chat_model, base_url), layer) for layer in ("L1", "L2")}
         self.embeddings = get_embeddings(embeddings, base_url)
         self._space = embeddings_id(embeddings, base_url)
         self.l0_mode, self.window, self.stride, self.lexical = l0_mode, window, stride, lexical
@@ -229,7 +244,7 @@ class Memory:
                 construction[name] += getattr(spent, name)
             for session, units, vectors in fresh:
                 sid = session.session_id
-                self.generations.write_session(session, units, notes=kept.get(sid))
+                self.generations.write_session(session, units, notes=(self.writers["L2"], kept.get(sid)))
                 generation.manifest["sessions"][sid] = listing(session, len(units))
                 (report.updated if sid in replaced else report.added).append(sid)
                 report.turns += len(session.turns)
@@ -240,13 +255,13 @@ class Memory:
                 self.generations.commit(generation)
 
     def _valid_notes(self, session: Session) -> dict[int, list[str]]:
-        """The cached L2 notes of the stored version of `session` that still hold for it: those of turns
-        unchanged at the same place, the date unchanged too (a turn's notes are made from it and the date).
-        L1 facts are made from the whole session, so a changed session never keeps them."""
+        """The cached L2 notes of the stored version of `session` that still hold for it: those this memory's writer
+        made of turns unchanged at the same place, the date unchanged too (a turn's notes are made from it and the
+        date). L1 facts are made from the whole session, so a changed session never keeps them."""
         old = self.generations.stored_session(session_key(session.session_id))
         if old is None or old.date != session.date:
             return {}
-        cached = _notes_from(self.store.get_json(key(session.session_id, "L2.json")), len(old.turns))
+        cached = self._cached_notes(session.session_id, len(old.turns))
         return {t: notes for t, notes in cached.items() if t < len(session.turns) and session.turns[t] == old.turns[t]}
 
     def _valid_units(self, sessions: list[Session]) -> dict[tuple[str, int, int], Unit]:
@@ -309,20 +324,26 @@ class Memory:
         report.seconds = time.perf_counter() - started
         return report
 
-    def remember(self, messages, *, session_id: str, date: datetime | str | None = None) -> IngestReport:
+    def remember(self, messages, *, session_id: str, date: datetime | str | None = None,
+                 metadata: dict | None = None) -> IngestReport:
         """Store one conversation (LangChain messages, or ``{"role", "content"}`` dicts as in the generic
-        format) as session `session_id`. Sent again with more messages, the session is extended: the L2 notes
-        of its unchanged turns are kept, its L1 facts are made again on the next read. Without `date`, a stored
-        session keeps its date and a new one is dated now, so a conversation saved as it goes keeps the date
-        it started.
+        format) as session `session_id`, with its `metadata` (names to strings, numbers or booleans: what `search`
+        filters read). Sent again with more messages, the session is extended: the L2 notes of its unchanged turns
+        are kept, its L1 facts are made again on the next read. Without `date` (`metadata`), a stored session keeps
+        its date (metadata) and a new one is dated now (has none), so a conversation saved as it goes keeps the
+        date it started.
 
-        >>> memory.remember([{"role": "user", "content": "My cat is called Miso."}], session_id="chat-7")  # doctest: +SKIP
+        >>> memory.remember([{"role": "user", "content": "My cat is called Miso."}], session_id="chat-7",   # doctest: +SKIP
+        ...                 metadata={"channel": "email"})
         """
-        if date is None:
+        if date is None or metadata is None:
             self.refresh()
             known = self.manifest["sessions"].get(session_id) if isinstance(session_id, str) else None
-            date = known["date"] if known else datetime.now().replace(microsecond=0)
-        return self.ingest([session_from_messages(messages, session_id=session_id, date=date)])
+            if date is None:
+                date = known["date"] if known else datetime.now().replace(microsecond=0)
+            if metadata is None:
+                metadata = known.get("metadata") if known else None
+        return self.ingest([session_from_messages(messages, session_id=session_id, date=date, metadata=metadata)])
 
     def forget(self, *session_ids: str) -> None:
         """Remove sessions from every layer and index: no byte of them stays in the store. All or nothing: if one
@@ -366,8 +387,8 @@ class Memory:
             raise UnknownSessionError(session_id)
         return session
 
-    def search(self, query: str | list[str], k: int = SEARCH_K, *, date_range=None, min_score: float | None = None,
-               rerank: bool = False) -> list[Document]:
+    def search(self, query: str | list[str], k: int = SEARCH_K, *, filter=None, date_range=None,
+               min_score: float | None = None, rerank: bool = False) -> list[Document]:
         """Top-k sessions for one query or several sub-queries, each with its best L0 unit.
 
         `min_score` drops sessions scoring below it (default: none; the k best are returned however weak). The
@@ -377,19 +398,29 @@ class Memory:
         about 0.5 and the answering one 0.5-0.7 on the tests' history; look at the scores `apdmem search` prints
         before choosing a cut-off.
 
+        `filter` keeps only the sessions whose metadata (given to `remember` or in the file `ingest` read) and date
+        match (`retriever.session_filter`): ``{"channel": "email"}``; ``{"channel": {"$in": ["email", "sms"]}}``;
+        ``{"date": {"$gte": "2023-05-01", "$lt": "2023-06-01"}}`` (by day). Every matching session is searched, however
+        few.
+
         `date_range` is a (start, end) pair of dates or ISO strings, or a list of such pairs: sessions in or
         near a range rank higher, none is dropped (`memory.search("my trip", date_range=("2023-05-01", "2023-05-31"))`).
+        A filter of another form is a `QueryError`, a date range an `InputError`, each naming the form.
 
-        `rerank=True` rescores the k sessions found with the cross-encoder (`reranker`, default Settings'
-        `reranker_model`), as the controller's searches do (`retriever.rerank`, which reads the first 10): better
-        ordering for ~30 ms per session on two cores; one query only. The score becomes a standard score (`min_score` applies
-        before, to the search score, kept as ``metadata["search_score"]``).
+        `rerank=True` ranks as the controller does: the `RERANK_POOL` (20) best sessions (or k, if more) are rescored
+        with the cross-encoder (`reranker`, default Settings' `reranker_model`; `retriever.rerank`, which reads the first
+        10), and the k best kept: better ordering for ~30 ms per session read on two cores; one query only. The score
+        becomes a standard score (`min_score` applies before, to the search score, kept as ``metadata["search_score"]``). Then the controller's lifts apply
+        (`apdmem.memory.lifts`) instead of the date preference: the best-ranked session dated near each date range,
+        and, for a query that gathers several sessions ("how many", "the latest" ...), the sessions most strongly
+        linked to the first ones, rise to 0.8 of the best score; a lifted session says why in ``metadata["via"]``.
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         if rerank and not isinstance(query, str):
             raise ValueError("rerank=True needs one query, not a list")
-        date_ranges(date_range)  # a malformed range fails here, in one line, whatever the memory holds
+        test = session_filter(filter) if filter is not None else None
+        ranges = date_ranges(date_range)  # a malformed range fails here, in one line, whatever the memory holds
         queries = [query] if isinstance(query, str) else list(query)
         queries = [readable(q) for q in queries if q.strip()]  # an agent's or a program's query may carry lone surrogates
         self.refresh()
@@ -398,25 +429,59 @@ class Memory:
             self._say_empty()
         if not queries or generation.index is None or not len(generation.index):
             return []
-        dates = {sid: meta["date"] for sid, meta in generation.manifest["sessions"].items()} if date_range else None
-        hits = rank_sessions(generation.index, queries, self._embed(queries), k, date_range=date_range, session_dates=dates)
-        docs = []
-        for hit in hits:
-            if min_score is not None and hit.score < min_score:
-                break  # hits come best first
-            unit = generation.index.units[hit.row]
-            meta = generation.manifest["sessions"][hit.session_id]
-            docs.append(
-                Document(
-                    page_content=unit.summary,
-                    metadata={"session_id": hit.session_id, "date": meta["date"], "span": [unit.start, unit.end], "score": hit.score, "keywords": unit.keywords},
-                )
-            )
-        return rescore(queries[0], docs, get_reranker(self._reranker_spec)) if rerank and docs else docs
+        sessions = generation.manifest["sessions"]
+        allowed = None if test is None else {sid for sid, meta in sessions.items() if test(meta)}
+        if allowed is not None and not allowed:
+            return []
+        vectors = self._embed(queries)
+        preferred = ranges if ranges and not rerank else None  # reranked, the controller's date lift applies instead
+        dates = {sid: meta["date"] for sid, meta in sessions.items()} if preferred else None
+        pool = max(k, RERANK_POOL) if rerank else k
+        hits = rank_sessions(generation.index, queries, vectors, pool, date_range=preferred, session_dates=dates, allowed=allowed)
+        docs = [self._document(generation, hit) for hit in hits if min_score is None or hit.score >= min_score]
+        if not rerank or not docs:
+            return docs
+        docs = rescore(queries[0], docs, get_reranker(self._reranker_spec))
+        return self._lifted(queries[0], docs, vectors[0], ranges, generation, k, allowed)
 
-    def as_retriever(self, k: int = SEARCH_K, *, min_score: float | None = None, rerank: bool = False) -> HybridRetriever:
-        """This memory as a LangChain retriever (`k`, `min_score` and `rerank` as in `search`)."""
-        return HybridRetriever(memory=self, k=k, min_score=min_score, rerank=rerank)
+    @staticmethod
+    def _document(generation, hit) -> Document:
+        """A search hit as the document `search` returns: the session's best unit, with where it is and its score."""
+        unit = generation.index.units[hit.row]
+        meta = generation.manifest["sessions"][hit.session_id]
+        return Document(page_content=unit.summary, metadata={"session_id": hit.session_id, "date": meta["date"],
+                                                             "span": [unit.start, unit.end], "score": hit.score,
+                                                             "keywords": unit.keywords})
+
+    def _lifted(self, query: str, docs: list[Document], vector: np.ndarray, ranges, generation, k: int,
+                allowed: set[str] | None) -> list[Document]:
+        """Reranked documents with the controller's lifts applied (`lifts.lift`: the search node's), the k best: a
+        linked session the search did not return comes with its best unit for the query."""
+        candidates: dict[str, dict] = {}
+        lifts.collect(candidates, query, docs)
+        links = lifts.linked(self, list(candidates)) if lifts.follows_links(query) else {}
+        if allowed is not None:  # a filter holds over links: a session it leaves out is never lifted in
+            links = {sid: [link for link in found if link["session_id"] in allowed] for sid, found in links.items()}
+        lifts.lift(candidates, query, links, [[f"{start}", f"{end}"] for start, end in ranges])
+        found = {doc.metadata["session_id"]: doc for doc in docs}
+        out = []
+        for sid in lifts.ranking(candidates, query)[:k]:
+            doc = found.get(sid)
+            if doc is None:  # linked, not found by the search: its unit closest to the query
+                best = rank_sessions(generation.index, [query], vector.reshape(1, -1), 1, allowed={sid})
+                if not best:
+                    continue
+                doc = self._document(generation, best[0])
+            via = {"via": candidates[sid]["via"]} if "via" in candidates[sid] else {}
+            score = candidates[sid]["hits"][query]
+            out.append(Document(page_content=doc.page_content, metadata={**doc.metadata, "score": score, **via}))
+        return out
+
+    def as_retriever(self, k: int = SEARCH_K, *, filter=None, min_score: float | None = None, rerank: bool = False) -> HybridRetriever:
+        """This memory as a LangChain retriever (`k`, `filter`, `min_score` and `rerank` as in `search`)."""
+        if filter is not None:
+            session_filter(filter)  # a bad filter fails here, not at the first query
+        return HybridRetriever(memory=self, k=k, filter=filter, min_score=min_score, rerank=rerank)
 
     def links(self, session_id: str | None = None) -> list[Link]:
         """Cross-session links (`apdmem.memory.links`): every link between two stored sessions (the older one
@@ -455,24 +520,42 @@ class Memory:
         return self.generations.read_units(session_id)
 
     def _cache(self, session: Session, items: dict[str, object], texts: dict[str, str]) -> None:
-        """Store generated L1/L2 files, unless the session was forgotten or replaced while they were made."""
-        with self.generations.writer() as current:
-            listed = current.manifest["sessions"].get(session.session_id)
-            if listed and listed["hash"] == session.content_hash():
-                self.store.put_json(items)
-                self.store.put_text(texts)
+        """Store generated L1/L2 files, unless the session was forgotten or replaced while they were made. A
+        read-only store keeps what it holds: the layers just made are served from memory."""
+        try:
+            with self.generations.writer() as current:
+                listed = current.manifest["sessions"].get(session.session_id)
+                if listed and listed["hash"] == session.content_hash():
+                    self.store.put_json(items)
+                    self.store.put_text(texts)
+        except StoreError:
+            log.debug("apdmem: the store is read-only; layers of session %r are served without caching them", session.session_id)
+
+    def _cached_facts(self, session_id: str) -> list[str] | None:
+        """The cached L1 of a session if this memory's writer made it (None: not cached, or by another writer)."""
+        writer, facts = layers.recorded(self.store.get_json(key(session_id, "L1.json")), "L1")
+        if writer == self.writers["L1"] and isinstance(facts, list) and all(isinstance(f, str) for f in facts):
+            return facts
+        return None
+
+    def _cached_notes(self, session_id: str, n_turns: int) -> dict[int, list[str]]:
+        """The cached L2 notes of a session that this memory's writer made (another writer's count as none)."""
+        writer, notes = layers.recorded(self.store.get_json(key(session_id, "L2.json")), "L2")
+        return _notes_from(notes, n_turns) if writer == self.writers["L2"] else {}
 
     def facts(self, session_id: str, *, usage: Usage | None = None) -> list[str]:
-        """L1 key facts, generated on first read and cached. A generation's tokens are added to `usage` (the
-        caller's own account; `self.usage` is the running total of every caller)."""
+        """L1 key facts, generated on first read and cached (made again when the cached ones were written by
+        another writer: `layers.writer`). A generation's tokens are added to `usage` (the caller's own account;
+        `self.usage` is the running total of every caller)."""
         session = self.session(session_id)
-        cached = self.store.get_json(key(session_id, "L1.json"))
-        if isinstance(cached, list) and all(isinstance(f, str) for f in cached):
+        cached = self._cached_facts(session_id)
+        if cached is not None:
             return cached
         spent = Usage()
         facts = layers.extract_facts(session, self.chat_model, spent)
         self._account(spent, usage)
-        self._cache(session, {key(session_id, "L1.json"): facts}, {key(session_id, "L1.md"): layers.render_l1(session, facts)})
+        self._cache(session, {key(session_id, "L1.json"): layers.record("L1", self.writers["L1"], facts)},
+                    {key(session_id, "L1.md"): layers.render_l1(session, facts)})
         return facts
 
     def notes(self, session_id: str, turns: list[int] | None = None, *, usage: Usage | None = None) -> dict[int, list[str]]:
@@ -480,29 +563,65 @@ class Memory:
         (groups of turns concurrently); tokens are added to `usage` as in `facts`."""
         session = self.session(session_id)
         wanted = range(len(session.turns)) if turns is None else [t for t in turns if 0 <= t < len(session.turns)]
-        cached = _notes_from(self.store.get_json(key(session_id, "L2.json")), len(session.turns))
+        cached = self._cached_notes(session_id, len(session.turns))
         missing = [t for t in wanted if t not in cached]
         if missing:
             spent = Usage()
             cached.update(layers.extract_notes(session, self.chat_model, spent, missing, concurrency=self.concurrency))
             self._account(spent, usage)
-            self._cache(session, {key(session_id, "L2.json"): {str(t): n for t, n in sorted(cached.items())}},
-                        {key(session_id, "L2.md"): layers.render_l2(session, cached)})
+            record = layers.record("L2", self.writers["L2"], {str(t): n for t, n in sorted(cached.items())})
+            self._cache(session, {key(session_id, "L2.json"): record}, {key(session_id, "L2.md"): layers.render_l2(session, cached)})
         return {t: cached[t] for t in wanted}
 
     def build_facts(self, session_ids: Iterable[str] | None = None, *, progress: bool = False) -> Usage:
         """Build L1 of the given sessions (default: all) now rather than on first read, `concurrency` sessions at
         a time; sessions whose L1 is cached are skipped. Returns the tokens spent."""
         ids = list(self.session_ids() if session_ids is None else session_ids)
-        spent = [Usage() for _ in ids]
-        bar = tqdm(total=len(ids), desc=f"L1 {self.user_id}", unit="session", disable=not progress)
+        return self._each_session(ids, lambda sid, spent: self.facts(sid, usage=spent), f"L1 {self.user_id}", progress)
 
-        def build(i: int) -> None:
-            self.facts(ids[i], usage=spent[i])
+    def rebuild_layers(self, *, progress: bool = False) -> LayersReport:
+        """Make again, with this memory's chat model, every cached L1 and L2 that another writer made (another
+        model, another prompt, or none: `layers.writer`; a layer cached before writers were recorded counts as
+        another's), `concurrency` sessions at a time: L1 whole, L2 for the turns it held. Layers never cached are
+        left to be made on first read. A reply never shows another writer's layer anyway (it is made again when
+        read); this does the work at once, e.g. after changing the chat model.
+
+        >>> Memory("maya").rebuild_layers()       # after answering with local:smollm2 once     # doctest: +SKIP
+        LayersReport(writer='extractive', l1=['chat-7'], l2=['chat-7'], seconds=0.2, usage=Usage(...))
+        """
+        started, report = time.perf_counter(), LayersReport(self.writers["L1"])
+        for sid in self.session_ids():
+            l1_writer, l1 = layers.recorded(self.store.get_json(key(sid, "L1.json")), "L1")
+            l2_writer, l2 = layers.recorded(self.store.get_json(key(sid, "L2.json")), "L2")
+            if l1 is not None and l1_writer != self.writers["L1"]:
+                report.l1.append(sid)
+            turns = _notes_from(l2, self.manifest["sessions"][sid]["turns"]) if l2_writer != self.writers["L2"] else {}
+            if turns:
+                report.l2[sid] = sorted(turns)
+
+        def rebuild(sid: str, spent: Usage) -> None:
+            if sid in report.l1:
+                self.facts(sid, usage=spent)
+            if sid in report.l2:
+                self.notes(sid, report.l2[sid], usage=spent)
+
+        todo = list(dict.fromkeys([*report.l1, *report.l2]))
+        report.usage = self._each_session(todo, rebuild, f"layers {self.user_id}", progress)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _each_session(self, ids: list[str], work, desc: str, progress: bool) -> Usage:
+        """Run ``work(session_id, usage)`` for each session, `concurrency` at a time, with a progress bar; returns
+        the tokens spent."""
+        spent = [Usage() for _ in ids]
+        bar = tqdm(total=len(ids), desc=desc, unit="session", disable=not progress)
+
+        def run(i: int) -> None:
+            work(ids[i], spent[i])
             bar.update()
 
         with ContextThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-            list(pool.map(build, range(len(ids))))
+            list(pool.map(run, range(len(ids))))
         bar.close()
         total = Usage()
         total.merge_concurrent(spent, self.concurrency)
@@ -541,9 +660,9 @@ class Memory:
         """`forget`, awaitable (in a worker thread)."""
         await asyncio.to_thread(self.forget, *session_ids)
 
-    async def asearch(self, query: str | list[str], k: int = 10, *, date_range=None) -> list[Document]:
+    async def asearch(self, query: str | list[str], k: int = 10, *, filter=None, date_range=None) -> list[Document]:
         """`search`, awaitable (in a worker thread: the query embedding and scoring take the CPU)."""
-        return await asyncio.to_thread(self.search, query, k, date_range=date_range)
+        return await asyncio.to_thread(self.search, query, k, filter=filter, date_range=date_range)
 
     async def aread(self, session_id: str, layer: str, turns: list[int] | None = None) -> str:
         """`read`, awaitable (in a worker thread: a first read of L1/L2 calls the chat model)."""

@@ -62,13 +62,31 @@ class Turn:
     has_answer: bool = False
 
 
+METADATA_FORM = 'an object of names to strings, numbers or booleans, e.g. {"channel": "email"}'
+
+
+def check_metadata(value: object) -> dict:
+    """`value` if it is usable as a session's metadata (None: none), else ValueError naming the expected form. The
+    name "date" is the session's own date in search filters, so no metadata may take it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.strip() and _utf8(k) for k in value) or not all(
+            isinstance(v, (str, int, float, bool)) and (not isinstance(v, str) or _utf8(v)) for v in value.values()):
+        raise ValueError(f"metadata must be {METADATA_FORM}; got {shown(value)}")
+    if "date" in value:
+        raise ValueError("metadata may not be named 'date': it is the session's own date in search filters")
+    return dict(value)
+
+
 @dataclass(frozen=True)
 class Session:
-    """A conversation session: id, start time, ordered turns."""
+    """A conversation session: id, start time, ordered turns, and the metadata its writer gave it (e.g.
+    ``{"channel": "email"}``, what search filters read)."""
 
     session_id: str
     date: datetime
     turns: tuple[Turn, ...]
+    metadata: dict = field(default_factory=dict, hash=False)
 
     def content_hash(self) -> str:
         """Hash of everything that defines the session; re-ingesting an identical session is a no-op."""
@@ -80,6 +98,7 @@ class Session:
             "session_id": self.session_id,
             "date": self.date.isoformat(),
             "turns": [{k: v for k, v in asdict(t).items() if v not in (None, False)} for t in self.turns],
+            **({"metadata": dict(self.metadata)} if self.metadata else {}),  # none: the hash of a session before metadata
         }
 
     @classmethod
@@ -88,6 +107,7 @@ class Session:
             session_id=data["session_id"],
             date=datetime.fromisoformat(data["date"]),
             turns=tuple(Turn(**t) for t in data["turns"]),
+            metadata=check_metadata(data.get("metadata")),
         )
 
 

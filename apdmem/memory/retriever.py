@@ -13,8 +13,9 @@ controller does this once per query, outside the millisecond budget of `Memory.s
 from __future__ import annotations
 
 import math
+import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -24,7 +25,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
-from apdmem.errors import InputError
+from apdmem.errors import InputError, QueryError, shown
 from apdmem.memory.index import UnitIndex, tokenize
 
 CANDIDATES = 100  # units taken from each signal before fusion
@@ -53,18 +54,21 @@ class SessionHit:
     row: int
 
 
-def fuse(index: UnitIndex, query: str, query_vector: np.ndarray, *, fusion: str = "score") -> dict[int, float]:
-    """Fused score per candidate unit row for one query."""
+def fuse(index: UnitIndex, query: str, query_vector: np.ndarray, *, fusion: str = "score",
+         rows_allowed: np.ndarray | None = None) -> dict[int, float]:
+    """Fused score per candidate unit row for one query (among `rows_allowed` only, a mask of the units' rows,
+    when given: every allowed unit is a candidate of the dense signal, however few they are)."""
     if fusion not in PERFECT:
         raise ValueError(f"unknown fusion {fusion!r}: use one of {', '.join(PERFECT)}")
     terms = tokenize(query)
-    lexical = np.where(index.alive, index.lexical.scores(terms), 0.0)
+    alive = index.alive if rows_allowed is None else index.alive & rows_allowed
+    lexical = np.where(alive, index.lexical.scores(terms), 0.0)
     top = np.argpartition(-lexical, min(CANDIDATES, len(lexical) - 1))[:CANDIDATES] if len(lexical) else []
     lexical_ranked = sorted((int(r) for r in top if lexical[r] > 0), key=lambda r: (-lexical[r], r))  # ties: lower row first
-    rows, sims = index.dense.search(query_vector, CANDIDATES * 3)
+    rows, sims = index.dense.search(query_vector, CANDIDATES * 3 if rows_allowed is None else len(index.dense.rows))
     cosine: dict[int, float] = {}
     for row, sim in zip(rows.tolist(), sims.tolist()):  # best vector first: a unit's score is its best text's
-        if index.alive[row]:
+        if alive[row]:
             cosine.setdefault(row, sim)
     dense_ranked = list(cosine)[:CANDIDATES]
     if fusion == "rrf":
@@ -116,7 +120,7 @@ def date_ranges(date_range: DateRange | Sequence[DateRange] | None) -> list[tupl
         return [(min(a, b), max(a, b)) for a, b in ((as_date(start), as_date(end)) for start, end in pairs)]
     except (TypeError, ValueError):
         raise InputError(f"expected a (start, end) pair of ISO dates, e.g. ('2023-05-01', '2023-05-31'), or a list of "
-                         f"such pairs; got {date_range!r}", source="date_range") from None
+                         f"such pairs; got {shown(date_range)}", source="date_range") from None
 
 
 DATE_RANGE_TEXT = "START..END as ISO dates, e.g. 2023-05-01..2023-05-31 (one day: 2023-05-01)"
@@ -140,15 +144,85 @@ def parse_date_range(text: str) -> tuple[date, date]:
 
 
 def as_date(value: date | str) -> date:
-    """A date, a datetime or an ISO 8601 string (date or date-time) as a date."""
+    """A date, a datetime or an ISO 8601 string (date or date-time) as a date; ValueError (TypeError for other
+    types) for anything else."""
     if isinstance(value, datetime):
         return value.date()
-    return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
+    if isinstance(value, date):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"not a date: {value!r}")
+    return date.fromisoformat(value[:10])
+
+
+# --- filters: which sessions a search may return --------------------------------------------------------------
+
+FILTER_FORM = ('an object of metadata names to a value, to {"$in": [values]} or to {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|'
+               '"$lte": value}, values being strings, numbers or booleans; "date" is the session\'s date, e.g. '
+               '{"channel": "email", "date": {"$gte": "2023-05-01", "$lt": "2023-06-01"}}')
+_COMPARE = {"$eq": operator.eq, "$ne": operator.ne, "$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt,
+            "$lte": operator.le}
+_SCALAR = (str, int, float, bool)
+
+
+def session_filter(spec: Mapping) -> Callable[[Mapping], bool]:
+    """A test of a session's listing (its ``date`` and ``metadata``) for a search filter: each name's condition must
+    hold, a value is equality, ``{"$in": [...]}`` any of them, ``{"$gte": ...}`` etc. a comparison (a session without
+    that metadata passes ``$ne`` only). The name ``"date"`` is the session's date, compared by day with dates or ISO
+    8601 strings. Anything else is a QueryError naming the form.
+
+    >>> test = session_filter({"channel": "email", "date": {"$gte": "2023-05-01"}})
+    >>> test({"date": "2023-05-02T10:00:00", "metadata": {"channel": "email"}}), test({"date": "2023-05-02T10:00:00"})
+    (True, False)
+    """
+    conditions = []
+    try:
+        if not isinstance(spec, Mapping):
+            raise TypeError
+        for name, condition in spec.items():
+            tests = dict(condition) if isinstance(condition, Mapping) else {"$eq": condition}
+            if not isinstance(name, str) or not tests:
+                raise TypeError
+            for op, value in tests.items():
+                if op == "$in" and not isinstance(value, (list, tuple)):
+                    raise TypeError
+                values = list(value) if op == "$in" else [value]
+                if (op != "$in" and op not in _COMPARE) or not all(isinstance(v, _SCALAR) for v in values):
+                    raise TypeError
+                conditions.append((name, op, [as_date(v) for v in values] if name == "date" else values))
+    except (TypeError, ValueError):
+        raise QueryError(f"filter must be {FILTER_FORM}; got {shown(spec)}") from None
+
+    def test(listing: Mapping) -> bool:
+        for name, op, values in conditions:
+            have = as_date(listing["date"]) if name == "date" else listing.get("metadata", {}).get(name)
+            if have is None:
+                if op != "$ne":
+                    return False
+            elif op == "$in":
+                if have not in values:
+                    return False
+            elif not _compares(op, have, values[0]):
+                return False
+        return True
+
+    return test
+
+
+def _compares(op: str, have, value) -> bool:
+    """`have op value`; values of kinds that do not compare (a string and a number) do not match."""
+    try:
+        return bool(_COMPARE[op](have, value))
+    except TypeError:
+        return op == "$ne"
 
 
 # Results a search returns unless told otherwise: `Memory.search`, its retriever, `apdmem search` and the
 # search_memory tool. (The controller's searches take `Context.top_k`, 20: the pool its disclosure policy reads.)
 SEARCH_K = 5
+# Sessions a reranked `Memory.search` ranks before it keeps its k: the pool the controller's searches rank and lift
+# (`Context.top_k`'s default), so that both rank alike.
+RERANK_POOL = 20
 
 
 def rank_sessions(
@@ -160,12 +234,15 @@ def rank_sessions(
     date_range: DateRange | Sequence[DateRange] | None = None,
     session_dates: Mapping[str, date | str] | None = None,
     fusion: str = "score",
+    allowed: set[str] | None = None,
 ) -> list[SessionHit]:
-    """Top-k sessions by their best unit across all (sub)queries; with `date_range` (and the sessions' dates),
-    sessions in or near the range gain up to DATE_BOOST: a soft preference, no session is dropped."""
+    """Top-k sessions by their best unit across all (sub)queries, among the `allowed` sessions only when given (a
+    filter's); with `date_range` (and the sessions' dates), sessions in or near the range gain up to DATE_BOOST: a
+    soft preference, no session is dropped."""
     best: dict[str, SessionHit] = {}
+    rows_allowed = None if allowed is None else np.fromiter((u.session_id in allowed for u in index.units), bool, len(index.units))
     for query, vector in zip(queries, query_vectors):
-        for row, score in fuse(index, query, vector, fusion=fusion).items():
+        for row, score in fuse(index, query, vector, fusion=fusion, rows_allowed=rows_allowed).items():
             sid = index.units[row].session_id
             if sid not in best or score > best[sid].score:
                 best[sid] = SessionHit(sid, score, row)
@@ -249,6 +326,7 @@ class HybridRetriever(BaseRetriever):
     k: int = SEARCH_K
     min_score: float | None = None
     rerank: bool = False
+    filter: dict | None = None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self.memory.search(query, k=self.k, min_score=self.min_score, rerank=self.rerank)
+        return self.memory.search(query, k=self.k, filter=self.filter, min_score=self.min_score, rerank=self.rerank)

@@ -29,13 +29,14 @@ import importlib
 import json
 import os
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel
 
-from apdmem.errors import ConfigError
+from apdmem.errors import ApdmemError, ConfigError, ModelError
 from apdmem.models.local import BGE_SMALL, EMBEDDED, LocalChatModel, LocalCrossEncoder, LocalEmbeddings, package_dir
 
 DEFAULT_CHAT = "local"  # extractive: no generative model
@@ -187,6 +188,26 @@ def embeddings_id(spec: str | Embeddings, base_url: str | None = None) -> str:
     return json.dumps([spec, base_url]) if base_url else spec
 
 
+EXTRACTIVE = "extractive"  # the writer of layers that no model wrote (the default "local": sentences of the session)
+
+
+def chat_model_id(spec: str | BaseChatModel | None, base_url: str | None = None) -> str:
+    """A stable name for the model that writes a memory's L1/L2 layers, recorded with each cached layer so that a
+    layer another model wrote is never shown (`apdmem.memory.layers.writer`): ``"extractive"`` for "local" (no
+    generative model), the specification for a named model (with the server when one is named, as
+    `embeddings_id`; the embedded ones ignore it), and for an object its class with its model's name.
+
+    >>> chat_model_id("local"), chat_model_id("openai:gpt-4.1-mini", "http://localhost:8080/v1")
+    ('extractive', '["openai:gpt-4.1-mini", "http://localhost:8080/v1"]')
+    """
+    if not is_generative(spec):
+        return EXTRACTIVE
+    if isinstance(spec, str):
+        return json.dumps([spec, base_url]) if base_url and not is_embedded(spec) else spec
+    name = getattr(spec, "model_name", None) or getattr(spec, "model", None) or getattr(spec, "model_path", None)
+    return f"{type(spec).__name__}:{os.path.basename(name)}" if isinstance(name, str) else type(spec).__name__
+
+
 def recorded_space(recorded) -> object:
     """The space a memory's manifest records, by today's names: memories written before the space named the model
     record ``"local"`` (or ``["local", <base_url>]``) for all-MiniLM-L6-v2, the only embedded model there was."""
@@ -209,12 +230,13 @@ def _fatal(exc: Exception) -> bool:
 
 
 def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=None, *, attempts: int = 3):
-    """Ask for an instance of `schema`; None when the model cannot produce one, or there is no generative model
-    (`model` None: the extractive default), and the caller falls back.
+    """Ask for an instance of `schema`; None when the model's reply is unusable (not an instance of it), or there is
+    no generative model (`model` None: the extractive default), and the caller falls back.
 
-    Uses function calling, which hosted providers and OpenAI-compatible local servers accept. Transient
-    failures (exceptions) are retried with exponential backoff; authentication, permission and unknown-model
-    errors are raised.
+    Uses function calling, which hosted providers and OpenAI-compatible local servers accept. A call that raises
+    (timeouts, rate limits, server errors) is tried `attempts` times with exponential backoff, then is a
+    `ModelError`; authentication, permission and unknown-model errors are one at once: a configured model that
+    cannot be reached is never replaced by the fallback in silence.
     """
     if model is None:
         return None
@@ -223,10 +245,8 @@ def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=
         try:
             out = runnable.invoke(prompt)
         except Exception as exc:  # noqa: BLE001 - timeouts, rate limits, server hiccups, context overflow
-            if _fatal(exc):
-                raise
-            if attempt + 1 == attempts:
-                return None
+            if _fatal(exc) or attempt + 1 == attempts:
+                raise model_failure(model, exc) from None
             time.sleep(0.5 * 2**attempt)
             continue
         if usage is not None:
@@ -234,3 +254,42 @@ def ask_structured(model: BaseChatModel, schema: type[BaseModel], prompt, usage=
         # An answer that does not fit the schema is not retried: at temperature 0 it would come back the same.
         return out["parsed"]
     return None
+
+
+def generate(model: BaseChatModel | None, prompt: str, usage=None) -> str:
+    """Free text from the model ("" without a generative model, `model` None: the extractive default, and the
+    caller falls back); a call that raises is a `ModelError` (the provider's client has retried it already)."""
+    if model is None:
+        return ""
+    try:
+        message = model.invoke(prompt)
+    except Exception as exc:  # noqa: BLE001 - whatever the provider's client raises
+        raise model_failure(model, exc) from None
+    if usage is not None:
+        usage.add(message)
+    return message.text.strip()
+
+
+REASON_CHARS = 300  # of a provider's error message (some quote the whole response body)
+
+
+def _without_credentials(url: str) -> str:
+    """A server's URL as messages show it: without a user and password it may carry.
+
+    >>> _without_credentials("http://user:secret@llm.internal:8080/v1")
+    'http://llm.internal:8080/v1'
+    """
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else url
+
+
+def model_failure(model: BaseChatModel, exc: Exception) -> ApdmemError:
+    """A model call that raised, as one line naming the model (and its server) and the reason; an apdmem error
+    raised inside the call is kept as it is."""
+    if isinstance(exc, ApdmemError):
+        return exc
+    name = getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+    server = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
+    reason = " ".join(str(exc).split())[:REASON_CHARS] or type(exc).__name__
+    where = f" at {_without_credentials(server)}" if isinstance(server, str) and server else ""
+    return ModelError(f"chat model {name!r}{where} failed ({type(exc).__name__}): {reason}")

@@ -13,7 +13,7 @@ from apdmem import prompts
 from apdmem.memory.layers import one_line, sentences
 from apdmem.memory.records import Usage
 from apdmem.nodes.common import annotate, open_memory, usage_update
-from apdmem.nodes.notes import generate
+from apdmem.models import generate
 
 NOT_FOUND = "I don't have that information from our past conversations."
 QUOTED = "From your conversations (quoted, no model wrote this):"

@@ -1,13 +1,14 @@
 """`synthesize_notes`: organize the evidence for the question (facts, timeline, updates, counts, hint).
 
-It organizes; it does not answer. Without a generative model (the extractive default) or a usable reply the
-notes are the evidence itself, in date order, so the answer node always has grounding.
+It organizes; it does not answer. Without a generative model (the extractive default) or when it replies nothing,
+the notes are the evidence itself, in date order, so the answer node always has grounding.
 """
 
 from __future__ import annotations
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
+from apdmem.models import generate
 from apdmem.nodes.common import annotate, usage_update
 from apdmem.tools import format_evidence
 
@@ -27,16 +28,3 @@ def synthesize_notes(state, runtime, *, settings) -> dict:
     notes = notes or ("## Evidence\n" + evidence if evidence else "No relevant memory was found.")
     annotate(evidence_items=len(state.get("evidence", [])))
     return {"notes": notes, **usage_update("synthesize_notes", usage)}
-
-
-def generate(model, prompt: str, usage: Usage) -> str:
-    """Free-text generation; an empty string when the model fails or there is none (`model` None: the
-    extractive default), and callers fall back."""
-    if model is None:
-        return ""
-    try:
-        message = model.invoke(prompt)
-    except Exception:  # noqa: BLE001 - a failed generation degrades the answer, never the run
-        return ""
-    usage.add(message)
-    return message.text.strip()

@@ -3,6 +3,7 @@ best unit."""
 
 from __future__ import annotations
 
+from apdmem.memory.lifts import collect, linked
 from apdmem.nodes import policy
 from apdmem.nodes.common import annotate, emit, open_memory
 from apdmem.tools import search_memory
@@ -42,32 +43,3 @@ def search(state, runtime, *, settings, memory=None) -> dict:
                 via = candidate["via"] = {**candidate["via"]}
                 via["terms"] = memory.spelled(via["terms"], [via["from"], sid])
     return {"candidates": candidates, "searched": queries, "step": step}
-
-
-def linked(memory, session_ids: list[str]) -> dict[str, list[dict]]:
-    """The cross-session links of these sessions (`Memory.links`), as the policy reads them: per session, the
-    sessions it is linked to with their date, the strength and the shared terms of each link."""
-    wanted, out = set(session_ids), {}
-    links, sessions = memory.links(), memory.manifest["sessions"]  # the generation links() refreshed to
-    for link in links:
-        for sid, other in ((link.session_id, link.other), (link.other, link.session_id)):
-            if sid in wanted and other in sessions:
-                out.setdefault(sid, []).append({"session_id": other, "date": sessions[other]["date"],
-                                                "strength": link.strength, "terms": list(link.terms)})
-    return out
-
-
-def collect(candidates: dict[str, dict], query: str, docs) -> list[str]:
-    """Merge one query's hits (search documents) into `candidates`, in place: per session the best score and its
-    unit, the score per query in `hits`, matched unit spans accumulated for later L2/L3 reads. Returns the
-    session ids, best first."""
-    for doc in docs:
-        meta = doc.metadata
-        slot = candidates.setdefault(meta["session_id"], {"date": meta["date"], "summary": doc.page_content,
-                                                          "score": meta["score"], "spans": [], "hits": {}})
-        if meta["score"] > slot["score"]:  # rescored scores are standard scores: they may be negative
-            slot.update(summary=doc.page_content, score=meta["score"])
-        slot["hits"][query] = meta["score"]
-        if meta["span"] not in slot["spans"]:
-            slot["spans"].append(meta["span"])
-    return [doc.metadata["session_id"] for doc in docs]

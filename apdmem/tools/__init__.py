@@ -9,7 +9,7 @@ from __future__ import annotations
 from langchain_core.documents import Document
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from apdmem.errors import InputError, InvalidIdError, UnknownSessionError, shown
+from apdmem.errors import InputError, InvalidIdError, QueryError, UnknownSessionError, shown
 from apdmem.graph.state import Evidence
 from apdmem.limits import MAX_QUESTION_CHARS, MAX_SEARCH_K, MAX_TURNS_PER_READ, check_limit
 from apdmem.memory.layers import TURN_CHARS
@@ -19,11 +19,12 @@ from apdmem.memory.retriever import SEARCH_K, parse_date_range, rerank
 MAX_RAW_TURNS = 12  # an L3 read returns at most this many turns; ask again with other turns for more
 
 
-def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None, date_range=None) -> list[Document]:
-    """Top-k sessions for one or several queries, each with its best L0 summary; `date_range` prefers the
-    sessions in it (`Memory.search`). With a `reranker` (a cross-encoder) the k sessions are rescored for the
-    query (one query only; it reads the first 10; see `retriever.rerank`)."""
-    docs = memory.search(queries, k=k, date_range=date_range)
+def search_memory(memory, queries: str | list[str], k: int = SEARCH_K, reranker=None, *, filter=None,
+                  date_range=None) -> list[Document]:
+    """Top-k sessions for one or several queries, each with its best L0 summary, among those `filter` keeps;
+    `date_range` prefers the sessions in it (see `Memory.search`). With a `reranker` (a cross-encoder) the k
+    sessions are rescored for the query (one query only; it reads the first 10; see `retriever.rerank`)."""
+    docs = memory.search(queries, k=k, filter=filter, date_range=date_range)
     if reranker is None:
         return docs
     if not isinstance(queries, str):
@@ -161,9 +162,11 @@ def make_memory_tools(memory) -> list[BaseTool]:
     """
 
     @tool("search_memory")
-    def search_tool(query: str, k: int = SEARCH_K, date_range: str = "") -> str:
+    def search_tool(query: str, k: int = SEARCH_K, date_range: str = "", filter: dict | None = None) -> str:
         """Search the user's past conversations. Returns session ids, dates and a one-line summary each, best first.
-        date_range, like '2023-05-01..2023-05-31', ranks the sessions of those days first (empty: no preference)."""
+        date_range, like '2023-05-01..2023-05-31', ranks the sessions of those days first (empty: no preference).
+        `filter` keeps only conversations whose metadata and date match, e.g. {"channel": "email"} or
+        {"date": {"$gte": "2023-05-01", "$lt": "2023-06-01"}}."""
         if not query.strip():
             raise ToolException("The query is empty: say what to look for, e.g. 'my dog's name'.")
         if not 1 <= k <= MAX_SEARCH_K:
@@ -175,7 +178,12 @@ def make_memory_tools(memory) -> list[BaseTool]:
             dates = parse_date_range(date_range) if date_range.strip() else None
         except InputError as error:
             raise ToolException(f"Not searched: {error}.") from None
-        docs = search_memory(memory, query, k, date_range=dates)
+        try:
+            docs = search_memory(memory, query, k, filter=filter, date_range=dates)
+        except QueryError as exc:
+            raise ToolException(f"{exc}.") from None
+        if not docs and filter:
+            return f"No conversation matches the filter {filter}: search again without it, or with another."
         if not docs:
             return "This memory holds no sessions yet: there is nothing to search."
         # One line per session: raw-mode summaries are whole windows of turns, newlines included.
