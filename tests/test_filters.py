@@ -13,7 +13,7 @@ from graph_helpers import clean_environment
 from test_links import SHOP_1, SHOP_2
 
 from apdmem.cli import main
-from apdmem.errors import QueryError
+from apdmem.errors import InputError, QueryError
 from apdmem.graph import Context, Settings
 from apdmem.graph.service import build_service_graph
 from apdmem.memory import Memory
@@ -101,8 +101,8 @@ def test_a_filter_of_another_form_is_a_one_line_error_naming_the_form(alice, bad
 
 @pytest.mark.parametrize("bad", BAD_RANGES)
 def test_a_date_range_of_another_form_is_a_one_line_error_naming_the_form(alice, bad):
-    with pytest.raises(QueryError, match=r'^date_range must be a \(start, end\) pair of dates or ISO 8601 strings, '
-                                         r'e\.g\. \("2023-05-01", "2023-05-31"\)'):
+    with pytest.raises(InputError, match=r"^date_range: expected a \(start, end\) pair of ISO dates, "
+                                         r"e\.g\. \('2023-05-01', '2023-05-31'\)"):
         alice.search(QUESTION, date_range=bad)
 
 
@@ -118,7 +118,7 @@ def test_bad_metadata_is_refused_in_one_line_and_changes_nothing(alice, store_lo
     capsys.readouterr()
     code = main(["ingest", str(path), "--user", "alice", "--store", store_location, "--quiet"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "record s-new: metadata must be an object of names" in err
+    assert code == 2 and err.count("\n") == 1 and "record 's-new': metadata must be an object of names" in err
     alice.refresh()
     assert alice.manifest == before
 
