@@ -34,6 +34,11 @@ class ConfigError(ApdmemError, ValueError):
     """A model or store specification that apdmem cannot honour."""
 
 
+class ModelError(ApdmemError):
+    """A model endpoint failed: it cannot be reached, refused the request or answered in a shape apdmem does not
+    read. The message names the endpoint (never its key) and the reason."""
+
+
 class StoreError(ApdmemError):
     """The store refused an operation: read-only, no rights on it, or unreachable. The message names the store
     (never a password) and the reason."""
