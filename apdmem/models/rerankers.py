@@ -56,8 +56,10 @@ def log_odds(scores: Sequence[float]) -> np.ndarray:
 
 class QueryReranker:
     """A reranker that reads one query with its passages at a time (what compressors and endpoints take): pairs
-    are grouped by query, at most BATCH passages at once. A passage the reranker leaves out of its reply scores
-    below every passage it kept (a logit of -1 when it kept none)."""
+    are grouped by query, at most `batch` passages at once (None: all). A passage the reranker leaves out of its
+    reply scores below every passage it kept (a logit of -1 when it kept none)."""
+
+    batch: int | None = None
 
     def score(self, text_pairs: Sequence[tuple[str, str]]) -> list[float]:
         by_query: dict[str, list[int]] = defaultdict(list)
@@ -65,8 +67,9 @@ class QueryReranker:
             by_query[query].append(i)
         scores = [0.0] * len(text_pairs)
         for query, positions in by_query.items():
-            for start in range(0, len(positions), BATCH):
-                batch = positions[start:start + BATCH]
+            size = self.batch or len(positions)
+            for start in range(0, len(positions), size):
+                batch = positions[start:start + size]
                 kept = self.rank(query, [text_pairs[i][1] for i in batch])
                 floor = min(kept.values()) - 1 if kept else -1.0
                 for j, i in enumerate(batch):
@@ -82,7 +85,8 @@ class CompressorReranker(QueryReranker):
     """A LangChain `BaseDocumentCompressor` as a reranker. Its ``top_n``, when it has one, is raised to the number
     of passages so that it scores them all. The score is each document's ``relevance_score`` (as log-odds, see
     `log_odds`); a compressor that gives none (a filter, langchain's `CrossEncoderReranker`) ranks by its order:
-    the first document it returns scores highest."""
+    the first document it returns scores highest. A returned document is matched to its passage by the metadata
+    it was given, else by its text."""
 
     ORDER = "apdmem_passage"  # metadata key that finds each returned document's passage
 
@@ -95,17 +99,21 @@ class CompressorReranker(QueryReranker):
             compressor = compressor.model_copy(update={"top_n": len(passages)})
         docs = [Document(page_content=text, metadata={self.ORDER: i}) for i, text in enumerate(passages)]
         returned = compressor.compress_documents(docs, query)
-        found = [next((v for k, v in doc.metadata.items() if k.endswith("relevance_score")), None) for doc in returned]
-        if returned and all(score is not None for score in found):
-            scores = log_odds(found)
+        relevance = [next((v for k, v in doc.metadata.items() if k.endswith("relevance_score")), None) for doc in returned]
+        if returned and all(score is not None for score in relevance):
+            scores = log_odds(relevance)
         else:
             scores = np.arange(len(returned), 0, -1, dtype=np.float64)
-        return {doc.metadata[self.ORDER]: float(score) for doc, score in zip(returned, scores)}
+        where = {text: i for i, text in reversed(list(enumerate(passages)))}
+        kept = {doc.metadata.get(self.ORDER, where.get(doc.page_content)): float(score) for doc, score in zip(returned, scores)}
+        return {i: score for i, score in kept.items() if i is not None}
 
 
 class EndpointReranker(QueryReranker):
     """An HTTP rerank endpoint (see the module). `model` is sent when given (hosted APIs need it), `key` as a bearer
     token. An endpoint that cannot be reached or answers otherwise fails in one line (`ModelError`)."""
+
+    batch = BATCH
 
     def __init__(self, url: str, *, model: str | None = None, key: str | None = None, name: str | None = None):
         self.url, self.model, self.name = url, model, name or url
