@@ -115,6 +115,10 @@ def test_langgraph_agent_with_langmem_tools_remembers_updates_searches_and_forge
     assert len(hits) == 2 and hits[0]["score"] > hits[1]["score"]  # apdmem's ranked sessions, with their scores
     assert Memory("alice", store=str(tmp_path), l0_mode="raw").session(key).turns[0].content == "My cat Miso is three years old."
 
+    # Given the store, the tools work outside an agent too (no key, no model).
+    direct = json.loads(create_search_memory_tool(ALICE, store=store).invoke({"query": "How old is my cat?", "limit": 1}))
+    assert [hit["key"] for hit in direct] == [key]
+
     bob = {"configurable": {"langgraph_user_id": "bob"}}
     asked = agent(call("search_memory", {"query": "How old is my cat?"}), AIMessage("I don't know."))
     assert json.loads(tool_reply(asked.invoke({"messages": [HumanMessage("How old is my cat?")]}, bob))) == []
