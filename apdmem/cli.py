@@ -208,6 +208,7 @@ def ask(question: str, question_date: str | None, graph, context, *, json_lines:
 
 def cmd_ask(args) -> None:
     from apdmem.graph import build_graph
+    from apdmem.graph.state import OutputState
     from apdmem.memory.loaders import parse_date
 
     if not args.question.strip():
@@ -217,8 +218,6 @@ def cmd_ask(args) -> None:
             parse_date(args.date)
         except ValueError as exc:
             raise ConfigError(f"--date: {exc}") from None
-    from apdmem.graph.state import OutputState
-
     memory = _memory(args)
     final = ask(args.question, args.date, build_graph(settings=_settings(args), memory=memory), _context(args, memory),
                 json_lines=args.json)
