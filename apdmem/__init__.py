@@ -3,6 +3,7 @@
 from apdmem.lazy import exports
 
 _SOURCES = {
+    "ApdmemStore": "apdmem.memory.langgraph_store",
     "Context": "apdmem.graph.context",
     "build_graph": "apdmem.graph.builder",
     "Memory": "apdmem.memory",

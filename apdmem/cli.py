@@ -74,6 +74,9 @@ def cmd_search(args) -> None:
         print("apdmem: no session matches the filter", file=sys.stderr)
     for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
+        if args.json:  # what Memory.search returns: the metadata, and the unit's text
+            print_json({**meta, "text": doc.page_content})
+            continue
         text = doc.page_content if len(doc.page_content) <= 300 else doc.page_content[:300] + " ..."
         print(f"{rank}. {meta['session_id']}  {meta['date'][:16]}  turns {meta['span'][0] + 1}-{meta['span'][1]}  score {meta['score']:.4f}")
         print("   " + text.replace("\n", "\n   "))
@@ -128,7 +131,10 @@ def cmd_sessions(args) -> None:
     memory = _memory(args)
     for sid in memory.session_ids():
         meta = memory.manifest["sessions"][sid]
-        print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
+        if args.json:
+            print_json({"session_id": sid, "date": meta["date"], "turns": meta["turns"], "units": meta["units"]})
+        else:
+            print(f"{sid}\t{meta['date'][:16]}\t{meta['turns']} turns\t{meta['units']} units")
 
 
 def cmd_reindex(args) -> None:
@@ -208,13 +214,21 @@ def lifted_by(via: dict | None) -> str:
     return f" (linked from {via['from']}, strength {via['strength']:.3f}, shared: {', '.join(via['terms'])})"
 
 
-def ask(question: str, question_date: str | None, graph, context) -> dict:
-    """Run the controller graph, printing each disclosure as it happens; returns the final state."""
+def print_json(value) -> None:
+    """One JSON line (`--json`: for scripts)."""
+    print(json.dumps(value, ensure_ascii=False, default=str), flush=True)
+
+
+def ask(question: str, question_date: str | None, graph, context, *, json_lines: bool = False) -> dict:
+    """Run the controller graph, printing each disclosure as it happens (with `json_lines`, each event as it
+    is streamed, one JSON line each); returns the final state."""
     final: dict = {}
     inputs = {"question": question, **({"question_date": question_date} if question_date else {})}
     for mode, chunk in graph.stream(inputs, context=context, stream_mode=["custom", "values"]):
         if mode == "values":
             final = chunk
+        elif json_lines:
+            print_json(chunk)
         elif chunk["event"] == "dates":
             if chunk["dates"]:
                 print(f"  [dates] the question's dates, from {chunk['today']}: {'; '.join(chunk['dates'])}", flush=True)
@@ -232,6 +246,7 @@ def ask(question: str, question_date: str | None, graph, context) -> dict:
 
 def cmd_ask(args) -> None:
     from apdmem.graph import build_graph
+    from apdmem.graph.state import OutputState
     from apdmem.memory.loaders import parse_date
 
     if not args.question.strip():
@@ -242,8 +257,12 @@ def cmd_ask(args) -> None:
         except ValueError as exc:
             raise ConfigError(f"--date: {exc}") from None
     memory = _memory(args)
-    final = ask(args.question, args.date, build_graph(settings=_settings(args), memory=memory), _context(args, memory))
-    print(f"\n{final.get('answer', '')}\n(mode: {final.get('answer_mode', '')})")
+    final = ask(args.question, args.date, build_graph(settings=_settings(args), memory=memory), _context(args, memory),
+                json_lines=args.json)
+    if args.json:  # the last line: what a LangGraph server's run returns
+        print_json({"event": "answer", **{k: final[k] for k in OutputState.__annotations__ if k in final}})
+    else:
+        print(f"\n{final.get('answer', '')}\n(mode: {final.get('answer_mode', '')})")
 
 
 def cmd_demo(args) -> None:
@@ -399,6 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
     l0.add_argument("--l0-mode", choices=["auto", "llm", "raw"], default=None,
                     help="L0 units by the chat model (llm), the window text (raw), or auto: raw with the embedded model, llm "
                          "otherwise (default $APDMEM_L0_MODE, else auto)")
+    as_json = Parser(add_help=False)
+    as_json.add_argument("--json", action="store_true",
+                         help="print JSON lines for scripts instead of text: one per session or hit (ask: one per event "
+                              "of the disclosure, then the answer with its evidence)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest", parents=[common, user, l0], help="add a conversation file to a user's memory")
@@ -407,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build L1 key facts of the ingested sessions now, not on first read (costs model calls for every session)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser("search", parents=[common, user], help="top sessions for a query")
+    p = sub.add_parser("search", parents=[common, user, as_json], help="top sessions for a query")
     p.add_argument("query")
     p.add_argument("-k", type=positive, default=SEARCH_K, help=f"how many sessions (default {SEARCH_K})")
     p.add_argument("--min-score", type=float, default=None,
@@ -432,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", metavar="DATE", default=None,
                    help="also forget every session dated before DATE (e.g. 2024-01-01 or 2024-01-01T12:00)")
     p.set_defaults(func=cmd_forget)
-    p = sub.add_parser("sessions", parents=[common, user], help="list a user's sessions")
+    p = sub.add_parser("sessions", parents=[common, user, as_json], help="list a user's sessions")
     p.set_defaults(func=cmd_sessions)
 
     graph = Parser(add_help=False)
@@ -453,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     asking = Parser(add_help=False, parents=[links])
     asking.add_argument("--no-reflection", action="store_true",
                         help="no model reflection between rounds: the deterministic disclosure policy decides")
-    p = sub.add_parser("ask", parents=[common, user, graph, asking], help="answer a question from a user's memory")
+    p = sub.add_parser("ask", parents=[common, user, graph, asking, as_json], help="answer a question from a user's memory")
     p.add_argument("question")
     p.add_argument("--date", default=None, help="the question's date (default: now)")
     p.set_defaults(func=cmd_ask)

@@ -74,7 +74,8 @@ class ModelError(ApdmemError, RuntimeError):
     """A configured model could not be reached or failed (connection refused, authentication, a server error):
     apdmem never answers without it when it was chosen. The message names the model and the reason, in one line
     (a LangGraph server shows it to the client: it is a RuntimeError). Output a model did give but that is unusable
-    (not the JSON asked for) is no error: the caller falls back."""
+    (not the JSON asked for) is no error: the caller falls back. A reranker endpoint that cannot be reached or
+    answers in a shape apdmem does not read is one too. The message never holds a key."""
 
 
 class StoreError(ApdmemError):

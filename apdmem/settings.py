@@ -41,7 +41,9 @@ class Settings:
     embeddings: Any = _setting("Embeddings the memories are indexed with (default 'local' = 'local:bge-small', the embedded "
                                "bge-small-en-v1.5). A memory embedded with other "
                                "ones is refused until `apdmem reindex` re-embeds it.")
-    reranker_model: Any = _setting("Cross-encoder that rescores what each controller search found (default 'local').")
+    reranker_model: Any = _setting("Reranker of the controller's searches and the extractive answer: 'local' (the embedded "
+                                   "cross-encoder, the default), a rerank URL (http://host:port/rerank), 'cohere:<model>' or "
+                                   "'jina:<model>'; from Python a LangChain BaseDocumentCompressor. See apdmem.models.")
     base_url: str | None = _setting("Model server the provider calls, e.g. an OpenAI-compatible one for 'openai:<model>' "
                                     "or an Ollama host for 'ollama:<model>' (also OPENAI_BASE_URL).")
     l0_mode: str | None = _setting("How ingestion builds L0: 'llm' (the chat model summarizes each window), 'raw' (the "

@@ -28,6 +28,9 @@ cross-encoder's logits are cached for the other rows). Abstention questions are 
         ../shared/data/longmemeval/longmemeval_s_dev.json.gz ../shared/data/longmemeval/longmemeval_s_dev2.json.gz
 
 `--store DIR` keeps the ingested memories there and reuses them on the next run (ingestion is most of the time).
+`--reranker` rescores with another reranker (default: APDMEM_RERANKER_MODEL, else the embedded cross-encoder), e.g. a
+rerank endpoint: ``--reranker http://127.0.0.1:8089/rerank`` (`python tests/rerank_server.py` serves the embedded
+cross-encoder there, which must reproduce the defaults).
 """
 
 from __future__ import annotations
@@ -51,11 +54,11 @@ from apdmem.graph.context import Context
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
 from apdmem.memory.retriever import PASSAGE_WORDS, RERANK_DEPTH, rank_sessions, rerank
-from apdmem.models import get_reranker
 from apdmem.nodes import policy
 from apdmem.nodes.dates import resolve_relative_dates
 from apdmem.nodes.decompose import events
 from apdmem.nodes.search import collect, linked
+from apdmem.settings import Settings
 
 DEFAULTS = {"fusion": "score", "dates": False, "date cover": True, "rescoring": True, "depth": RERANK_DEPTH, "passages": True,
             "split": True, "links": Context.follow_links, "head": policy.HEAD}
@@ -151,6 +154,8 @@ def main() -> None:
     parser.add_argument("datasets", nargs="+", help="LongMemEval files")
     parser.add_argument("--store", help="keep the ingested memories in this folder and reuse them (default: a temporary one)")
     parser.add_argument("--embeddings", default="local", help="the embedding model of the ingest (default %(default)s)")
+    parser.add_argument("--reranker", default=None, help="the reranker, as APDMEM_RERANKER_MODEL names it (default: that "
+                        "variable, else 'local')")
     parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
     parser.add_argument("--head", type=float, action="append", default=[], help="another value of policy.HEAD (repeat "
                         "for more): a row for each, with the links option as by default and flipped")
@@ -171,7 +176,7 @@ def main() -> None:
         for user, sessions in tqdm(conversations.items(), desc="ingest"):
             memories[user] = Memory(user, store=store, l0_mode="raw", embeddings=args.embeddings)
             memories[user].ingest(sessions)  # sessions already stored are skipped
-        cross_encoder, caches, timings, table, fresh = get_reranker(), {}, {name: Timings() for name in rows}, {}, set()
+        cross_encoder, caches, timings, table, fresh = Settings(reranker_model=args.reranker).reranker(), {}, {name: Timings() for name in rows}, {}, set()
         for name, change in rows.items():
             lever = {**DEFAULTS, **change}
             reading = (lever["passages"], lever["depth"])
@@ -180,7 +185,8 @@ def main() -> None:
             reranker = caches.setdefault(reading, CachedReranker(cross_encoder))
             table[name] = [replay(memories[c.user], c, lever, reranker, timings[name], args.top_k)
                            for c in tqdm(cases, desc=name, leave=False)]
-    print(f"{len(cases)} questions, {args.top_k} sessions per search, embeddings {args.embeddings}; defaults: "
+    print(f"{len(cases)} questions, {args.top_k} sessions per search, embeddings {args.embeddings}, reranker "
+          f"{Settings(reranker_model=args.reranker).reranker_model}; defaults: "
           + ", ".join(f"{k} {v}" for k, v in DEFAULTS.items()) + "\n")
     print(f"{'':<{WIDTH}}" + " ".join(f"{h:>7}" for h in ("any@1", "all@5", "all@10", "recall", "opened")) + f"{'sessions':>9}"
           + "".join(f"{h:>10}" for h in TYPES) + f"{'search ms':>11}{'rescore ms':>11}")

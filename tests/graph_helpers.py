@@ -11,6 +11,7 @@ from importlib.resources import files
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableLambda
@@ -105,6 +106,13 @@ class ScriptedChatModel(BaseChatModel):
             return {"raw": raw, "parsed": parsed, "parsing_error": error} if include_raw else parsed
 
         return RunnableLambda(run)
+
+
+class ScriptedToolModel(GenericFakeChatModel):
+    """Replies from a list of AI messages (tool calls included) whatever tools it is given: for routing only."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
 
 
 def clean_environment(monkeypatch) -> None:

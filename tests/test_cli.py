@@ -163,6 +163,29 @@ def test_ingest_eager_l1_builds_key_facts_before_any_read(apdmem, history_file, 
 # --- help, README and behaviour agree ----------------------------------------------------------------------------
 
 
+def test_json_lines_for_scripts(apdmem, history_file):
+    """`--json`: search hits, sessions and ask's disclosure and answer as JSON lines, the fields the Python API and
+    the server give."""
+    assert apdmem("ingest", str(history_file), "--l0-mode", "raw", "--quiet")[0] == 0
+    code, out, _ = apdmem("search", "What is my dog's name?", "-k", "3", "--json")
+    hits = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(hits) == 3 and hits[0]["session_id"] == "s-dog" and "Biscuit" in hits[0]["text"]
+    assert hits[0]["date"] == "2024-03-10T18:30:00" and isinstance(hits[0]["score"], float) and len(hits[0]["span"]) == 2
+
+    code, out, _ = apdmem("sessions", "--json")
+    listing = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [s["session_id"] for s in listing] == list(HISTORY)
+    assert listing[1] == {"session_id": "s-dog", "date": "2024-03-10T18:30:00", "turns": 6, "units": 2}
+
+    code, out, _ = apdmem("ask", "What is my dog's name?", "--date", "2024-06-01", "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [e["event"] for e in lines][0] == "search" and "drill" in [e["event"] for e in lines]
+    answer = lines[-1]
+    assert answer["event"] == "answer" and answer["answer_mode"] == "extractive" and "Biscuit" in answer["answer"]
+    assert "s-dog" in answer["opened"] and {e["session_id"] for e in answer["evidence"]} >= {"s-dog"}
+    assert apdmem("sessions", "--json", user="nobody")[1] == ""  # no memory: no line (the warning goes to stderr)
+
+
 def test_search_default_and_min_score(apdmem, history_file):
     from apdmem.memory import Memory
     from apdmem.memory.retriever import SEARCH_K

@@ -11,9 +11,8 @@ import time
 
 import pytest
 from conftest import HISTORY, make_session
-from graph_helpers import ScriptedChatModel, clean_environment
+from graph_helpers import ScriptedChatModel, ScriptedToolModel, clean_environment
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -205,13 +204,6 @@ def test_async_methods_leave_the_event_loop_free(make_memory, history, monkeypat
 
 
 # --- capture from a running agent ---------------------------------------------------------------------------
-
-
-class ScriptedToolModel(GenericFakeChatModel):
-    """Replies from a list of AI messages (tool calls included) whatever tools it is given: for routing only."""
-
-    def bind_tools(self, tools, **kwargs):
-        return self
 
 
 def test_an_agent_saves_its_thread_and_a_stated_fact_once_and_a_later_question_finds_them(make_memory):

@@ -5,6 +5,7 @@ and changes nothing; and a real MCP client (Streamable HTTP, bearer token) lists
 calls them. Slow: starts a server."""
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -195,8 +196,12 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     assert "question" in tools["apdmem"].input_schema["properties"]["question"]["description"]
     assert tools["apdmem"].input_schema["required"] == ["question"]
 
-    assert not remembered.is_error and "'added': ['mcp-chat']" in remembered.content[0].text
-    assert not answered.is_error and "mcp-chat" in answered.content[0].text and "lapsang" in answered.content[0].text
+    # Results are JSON (apdmem.graph.mcp_results), as text and as structured content, not Python reprs.
+    assert not remembered.is_error and json.loads(remembered.content[0].text) == remembered.structured_content == {
+        "added": ["mcp-chat"], "updated": [], "unchanged": [], "turns": 2, "units": 1}
+    answer = json.loads(answered.content[0].text)
+    assert not answered.is_error and answer == answered.structured_content and "lapsang" in answer["answer"]
+    assert {e["session_id"] for e in answer["evidence"]} == {"mcp-chat"} and answer["answer_mode"] == "extractive"
     assert bad.is_error  # langgraph_api passes on the error's type only ("InputError"), not its message
     # carol's token wrote carol's memory, nobody else's
     assert listed(client_of(url, "carol")) == {"mcp-chat": 2} and "mcp-chat" not in listed(client_of(url, "alice"))

@@ -16,8 +16,11 @@ Specifications:
   OpenAI-compatible server (llama.cpp, vLLM ...) for ``openai:``, an Ollama host for ``ollama:``.
 - A LangChain object (``ChatAnthropic(...)``, any `BaseChatModel` or `Embeddings`): used as it is.
 
-The reranker is ``"local"`` (the embedded cross-encoder) or any object with LangChain's cross-encoder interface,
-``score(text_pairs) -> list[float]`` (e.g. ``HuggingFaceCrossEncoder`` of langchain-community).
+The reranker (`get_reranker`) is ``"local"`` (the embedded cross-encoder); an HTTP rerank endpoint,
+``"http://host:port/rerank"`` (text-embeddings-inference, llama.cpp's server, vLLM); a hosted rerank API,
+``"cohere:rerank-v3.5"`` or ``"jina:<model>"`` (key from COHERE_API_KEY, JINA_API_KEY); or from Python a LangChain
+`BaseDocumentCompressor` (the rerankers of langchain-community) or any object with LangChain's cross-encoder
+interface, ``score(text_pairs) -> list[float]`` (e.g. ``HuggingFaceCrossEncoder``). See `apdmem.models.rerankers`.
 
 Models named by a specification are created once per process and shared.
 """
@@ -32,12 +35,14 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
+from langchain_core.documents.compressor import BaseDocumentCompressor
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel
 
 from apdmem.errors import ApdmemError, ConfigError, ModelError
 from apdmem.models.local import BGE_SMALL, EMBEDDED, LocalChatModel, LocalCrossEncoder, LocalEmbeddings, package_dir
+from apdmem.models.rerankers import HOSTED, CompressorReranker, endpoint_reranker
 
 DEFAULT_CHAT = "local"  # extractive: no generative model
 LOCAL_CHAT = "local:smollm2"  # the embedded generative model, with the `local-chat` extra
@@ -82,19 +87,33 @@ def get_embeddings(spec: str | Embeddings = DEFAULT_EMBEDDINGS, base_url: str | 
 
 
 def get_reranker(spec=DEFAULT_RERANKER):
-    """The cross-encoder that rescores search hits: "local" (created once per process), or an object with
-    ``score(text_pairs) -> list[float]``, returned as it is."""
-    if spec == "local":
-        return _local_reranker()
-    if isinstance(spec, str) or not callable(getattr(spec, "score", None)):
-        raise ConfigError(f"unknown reranker {spec!r} (APDMEM_RERANKER_MODEL): use 'local', or from Python an object "
-                          "with score(text_pairs)")
+    """The reranker that rescores search hits and picks the extractive answer's quotes, with the interface
+    ``score(text_pairs) -> list[float]`` (logits: above 0 is relevant). "local" is the embedded cross-encoder; a
+    URL or ``"cohere:<model>"``/``"jina:<model>"`` a rerank endpoint (each created once per process); a LangChain
+    `BaseDocumentCompressor` is wrapped; another object with ``score`` is returned as it is.
+
+    >>> get_reranker("http://127.0.0.1:8080/rerank")
+    EndpointReranker('http://127.0.0.1:8080/rerank')
+    """
+    if isinstance(spec, str):
+        return _named_reranker(spec)
+    if isinstance(spec, BaseDocumentCompressor):
+        return CompressorReranker(spec)
+    if not callable(getattr(spec, "score", None)):
+        raise ConfigError(f"unknown reranker {spec!r}: from Python, pass a LangChain BaseDocumentCompressor or an "
+                          "object with score(text_pairs)")
     return spec
 
 
 @functools.cache
-def _local_reranker() -> LocalCrossEncoder:
-    return LocalCrossEncoder()
+def _named_reranker(spec: str):
+    if spec == DEFAULT_RERANKER:
+        return LocalCrossEncoder()
+    provider, named, _ = spec.partition(":")
+    if spec.startswith(("http://", "https://")) or (named and provider in HOSTED):
+        return endpoint_reranker(spec)
+    raise ConfigError(f"unknown reranker {spec!r} (APDMEM_RERANKER_MODEL): use 'local', a rerank URL "
+                      f"(http://host:port/rerank) or {' / '.join(f'{p}:<model>' for p in HOSTED)}")
 
 
 @functools.cache
