@@ -6,12 +6,14 @@ what was never said) are the reply behaviour issue 29 asks for; until it lands t
 (xfail, not strict). The scoring and the suite's well-formedness are checked without marks."""
 
 import copy
+import doctest
 import json
 from dataclasses import replace
 
 import pytest
 
 from apdmem.errors import InputError
+from apdmem.eval import answers
 from apdmem.eval.answers import (ASSERTS, HEDGED, KINDS, MAX_SESSIONS, NOT_FOUND, leads_with_current, load_suite, mentions,
                                  run_suite, stale_as_current, stance, suite_figures, suite_path)
 from apdmem.eval.longmemeval import EvalSettings
@@ -99,6 +101,7 @@ def test_leading_with_the_current_value_and_presenting_a_stale_one_as_current():
     assert not leads_with_current("You live in Porto. You moved to Lisbon later.", current, stale)
     assert not leads_with_current(NOT_FOUND_REPLY, current, stale) and not stale_as_current(NOT_FOUND_REPLY, stale, current)
     assert mentions("rent: $1,550 a month", ["1,550"]) and not mentions("11 houseplants", ["1"])
+    assert doctest.testmod(answers).failed == 0
 
 
 # --- the graph on the suite -----------------------------------------------------------------------------------------

@@ -113,6 +113,16 @@ def extractable(item) -> bool:
     return any(gold_contained(turn.content, item.answer) for s in item.sessions if s.session_id in evidence for turn in s.turns)
 
 
+def answer_longmemeval(item, settings) -> dict:
+    """Ask one LongMemEval question (`apdmem.eval.longmemeval.answer_item`, no judge with
+    ``settings.llm_judge=False``): its record, with whether its gold is `quotable` (`extractable`), the reply
+    `contained` it, and the reply's `stance`."""
+    from apdmem.eval.longmemeval import answer_item  # imports the graph
+
+    record = answer_item(item, settings)
+    return {**record, "quotable": extractable(item), "contained": record["gold_contained"], "stance": stance(record["hypothesis"])}
+
+
 def reply_figures(records: list[dict]) -> dict:
     """The answer figures of a group of records (each with `abstention`, `quotable`, `contained`, `stance`, and
     the disclosure fields `apdmem.eval.longmemeval.disclosure` reads).
@@ -190,6 +200,17 @@ class Scenario:
     questions: list[Question]
     fillers: set[str] = field(default_factory=set)
 
+    def says(self, session_ids, values: list[str]) -> bool:
+        """Whether a turn of one of these sessions holds one of `values` (`mentions`)."""
+        ids = set(session_ids)
+        return any(mentions(t.content, values) for s in self.sessions if s.session_id in ids for t in s.turns)
+
+    def quotable(self, q: Question) -> bool:
+        """Whether a reply could quote the answer: it is said in an evidence session, or (``when``) it is the
+        date of one, which a quote of it carries."""
+        dates = {f"{s.date:%Y-%m-%d}" for s in self.sessions if s.session_id in q.evidence}
+        return self.says(q.evidence, q.answers) or q.kind == "when" and bool(dates & set(q.answers))
+
 
 def suite_path() -> Path:
     return Path(str(files("apdmem") / "eval" / "data" / "evolving.json"))
@@ -253,8 +274,6 @@ def scenario_problems(scenario: Scenario) -> list[str]:
         if len(s.turns) < 2 or any(t.role not in ROLES or not t.content.strip() for t in s.turns):
             problems.append(f"session {s.session_id}: fewer than two turns, an unknown role or an empty turn")
     last = max((s.date for s in scenario.sessions), default=None)
-    said = lambda ids, values: any(mentions(t.content, values) for i in ids for t in sessions[i].turns)  # noqa: E731
-    fillers_say = lambda values: said(scenario.fillers, values)  # noqa: E731
     for q in scenario.questions:
         name = f"question {q.id}"
         if q.kind not in KINDS:
@@ -265,19 +284,16 @@ def scenario_problems(scenario: Scenario) -> list[str]:
         if any(i not in sessions for i in q.evidence) or bool(q.evidence) == (q.kind == "never"):
             problems.append(f"{name}: evidence must name sessions of the scenario, and none for 'never'")
             continue
-        if q.kind in ("current", "earlier") and not said(q.evidence, q.answers):
-            problems.append(f"{name}: the answer is not said in its evidence")
-        if q.kind == "when" and not (said(q.evidence, q.answers)
-                                     or any(f"{sessions[i].date:%Y-%m-%d}" in q.answers for i in q.evidence)):
-            problems.append(f"{name}: the answer is neither said in its evidence nor its date")
+        if q.kind in ("current", "earlier", "when") and not scenario.quotable(q):
+            problems.append(f"{name}: the answer is not said in its evidence" + (" nor its date" if q.kind == "when" else ""))
         if q.kind == "current":
             first = min(sessions[i].date for i in q.evidence)
             before = [s.session_id for s in scenario.sessions if s.date < first or s.session_id in q.evidence]
-            if not q.stale or not all(said(before, [value]) for value in q.stale):
+            if not q.stale or not all(scenario.says(before, [value]) for value in q.stale):
                 problems.append(f"{name}: a current-value question needs stale values said before or beside its evidence")
             if mentions(" ".join(q.stale), q.answers):
                 problems.append(f"{name}: a stale value names the answer")
-        if q.kind != "never" and fillers_say(q.answers + q.stale):
+        if q.kind != "never" and scenario.says(scenario.fillers, q.answers + q.stale):
             problems.append(f"{name}: a filler session says the answer or a stale value")
     return problems
 
@@ -308,7 +324,7 @@ def suite_record(scenario: Scenario, q: Question, final: dict, latency: float) -
     return {
         "scenario": scenario.id, "question_id": f"{scenario.id}/{q.id}", "kind": q.kind, "question": q.question,
         "answer": q.answer, "stale": q.stale, "reply": reply, "stance": stance(reply),
-        "abstention": q.kind == "never", "quotable": q.kind != "never", "contained": mentions(reply, q.answers),
+        "abstention": q.kind == "never", "quotable": scenario.quotable(q), "contained": mentions(reply, q.answers),
         "leads_with_current": leads_with_current(reply, q.answers, q.stale) if current else None,
         "stale_as_current": stale_as_current(reply, q.stale, q.answers) if current else None,
         "answer_session_ids": q.evidence, "haystack_sessions": len(scenario.sessions),
