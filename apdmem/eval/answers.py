@@ -23,10 +23,14 @@ from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from apdmem.errors import InputError
 from apdmem.eval.judge import gold_contained
 from apdmem.eval.locomo import abstains
+from apdmem.eval.longmemeval import answer_item, ask, disclosure
 from apdmem.eval.metrics import mean
+from apdmem.memory import Memory
 from apdmem.memory.records import ROLES, Session, Turn, check_id
 from apdmem.nodes.answer import NOT_FOUND as NOT_FOUND_REPLY
 from apdmem.nodes.answer import QUOTED, UNCLEAR
@@ -117,8 +121,6 @@ def answer_longmemeval(item, settings) -> dict:
     """Ask one LongMemEval question (`apdmem.eval.longmemeval.answer_item`, no judge with
     ``settings.llm_judge=False``): its record, with whether its gold is `quotable` (`extractable`), the reply
     `contained` it, and the reply's `stance`."""
-    from apdmem.eval.longmemeval import answer_item  # imports the graph
-
     record = answer_item(item, settings)
     return {**record, "quotable": extractable(item), "contained": record["gold_contained"], "stance": stance(record["hypothesis"])}
 
@@ -131,8 +133,6 @@ def reply_figures(records: list[dict]) -> dict:
     `confident_wrong` (it asserts, with / without the gold) and `hedged` (it hedges or says not found). On
     abstention questions: `not_in_memory`, the share that say the memory does not hold it. Shares are None where
     a group has no such question."""
-    from apdmem.eval.longmemeval import disclosure  # the eval module imports the graph; this one stays light
-
     quotable = [r for r in records if not r["abstention"] and r["quotable"]]
     abstention = [r for r in records if r["abstention"]]
     answerable = [r for r in records if not r["abstention"]]
@@ -299,14 +299,9 @@ def scenario_problems(scenario: Scenario) -> list[str]:
 
 
 def run_suite(scenarios: list[Scenario], *, store, settings, progress: bool = False) -> list[dict]:
-    """Ask every question of every scenario through the controller graph built with `settings`
-    (`apdmem.settings.Settings`); each scenario is ingested once, as its own user of `store`. One record per
-    question: the reply and what it does (`suite_record`), what was opened, the latency."""
-    from tqdm.auto import tqdm
-
-    from apdmem.eval.longmemeval import ask  # imports the graph
-    from apdmem.memory import Memory
-
+    """Ask every question of every scenario through the controller graph, as `apdmem.eval.longmemeval.ask` asks
+    it with `settings` (an `EvalSettings`); each scenario is ingested once (raw L0), as its own user of `store`. One
+    record per question: the reply and what it does (`suite_record`), what was opened, the latency."""
     records = []
     for scenario in tqdm(scenarios, desc="evolving suite", disable=not progress):
         memory = Memory(f"evolving-{scenario.id}", store=store, chat_model=settings.chat_model, embeddings=settings.embeddings,
