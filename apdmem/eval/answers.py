@@ -256,6 +256,8 @@ def load_suite(path: str | Path | None = None) -> list[Scenario]:
 
 
 def _scenario(entry: dict, fillers: dict) -> Scenario:
+    """A scenario of the suite file, its filler sessions given their turns; KeyError, ValueError or TypeError for
+    an entry that is not one (what it says is checked by `scenario_problems`)."""
     sessions, filler_ids = [], set()
     for raw in entry["sessions"]:
         turns = raw.get("turns")
