@@ -68,7 +68,7 @@ def test_a_scenario_that_cannot_measure_is_refused_naming_it(tmp_path):
     assert question["kind"] == "current"
     question["stale"] = ["Reykjavik"]  # never said in the history: nothing could present it as current
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    with pytest.raises(InputError, match=rf"broken.json, record {broken['scenarios'][0]['id']}: question q1: a current-value"):
+    with pytest.raises(InputError, match=rf"broken.json, record '{broken['scenarios'][0]['id']}': question q1: a current-value"):
         load_suite(tmp_path / "broken.json")
     filler = copy.deepcopy(data)
     filler["fillers"]["pasta"][0]["content"] += " We ate it in Lisbon."  # a filler now says the answer
@@ -77,7 +77,7 @@ def test_a_scenario_that_cannot_measure_is_refused_naming_it(tmp_path):
         load_suite(tmp_path / "filler.json")
     del data["scenarios"][1]["sessions"][0]["date"]
     (tmp_path / "undated.json").write_text(json.dumps(data))
-    with pytest.raises(InputError, match=rf"record {data['scenarios'][1]['id']}: malformed scenario: KeyError\('date'\)"):
+    with pytest.raises(InputError, match=rf"record '{data['scenarios'][1]['id']}': malformed scenario: KeyError\('date'\)"):
         load_suite(tmp_path / "undated.json")
 
 

@@ -68,7 +68,7 @@ def test_put_get_search_delete_and_list_namespaces_act_on_apdmem_memories(store,
     assert store.list_namespaces(prefix=("memories", "*")) == [ALICE, BOB] and store.list_namespaces(prefix=("other",)) == []
     with pytest.raises(InvalidNamespaceError, match=r"one user per namespace, \('memories', '<user_id>'\)"):
         store.search(("memories",), query="cat")
-    with pytest.raises(InputError, match=r"namespace \('memories', 'alice'\), record x: the value needs 'content', 'text' or 'messages'"):
+    with pytest.raises(InputError, match=r"namespace \('memories', 'alice'\), record 'x': the value needs 'content', 'text' or 'messages'"):
         store.put(ALICE, "x", {"note": "no content"})
     assert store.get(ALICE, "x") is None
 
