@@ -225,6 +225,8 @@ def probes(thread: str) -> list[tuple[str, str, dict | None]]:
         ("POST", "/runs/wait", {"assistant_id": "remember", "context": {"user_id": "alice"},
                                 "input": {"session_id": "planted", "messages": [{"role": "user", "content": "My dog is Rex."}]}}),
         ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        # apdmem.graph.mcp_results answers tools/call itself: only behind the server's auth
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "sessions", "arguments": {}}}),
     ]
 
 

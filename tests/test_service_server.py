@@ -202,7 +202,8 @@ def test_an_mcp_client_lists_the_graphs_as_tools_and_calls_remember_then_apdmem(
     answer = json.loads(answered.content[0].text)
     assert not answered.is_error and answer == answered.structured_content and "lapsang" in answer["answer"]
     assert {e["session_id"] for e in answer["evidence"]} == {"mcp-chat"} and answer["answer_mode"] == "extractive"
-    assert bad.is_error  # langgraph_api passes on the error's type only ("InputError"), not its message
+    # A failed call says what failed in one line, as the REST API does (langgraph_api alone gives "InputError").
+    assert bad.is_error and bad.content[0].text == "InputError: <input>: 'messages' needs a 'session_id'"
     # carol's token wrote carol's memory, nobody else's
     assert listed(client_of(url, "carol")) == {"mcp-chat": 2} and "mcp-chat" not in listed(client_of(url, "alice"))
 
