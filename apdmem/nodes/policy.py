@@ -43,11 +43,11 @@ from apdmem.memory.retriever import DATE_SLACK_DAYS, as_date
 HEAD = 0.25
 BACKGROUND_FROM = 3
 
-# A memory of at most this many sessions is opened whole (every session a search found). On a LongMemEval haystack
-# (about 50 sessions) the head, links and covers open 3.15 sessions per question and more than SMALL_MEMORY for
-# SMALL_SHARE of the 144 answerable dev questions (benchmarks/ablation.py): opening a small memory whole costs no more
-# reads than a large memory often takes, and in a short ranking the head cannot stand out from a background (one session
-# of three was opened, the stale one, for "Do I still have my red bike?"). Larger memories are unchanged.
+# A memory of at most this many sessions is opened whole (every session a search found): two rounds of `drill_width`
+# reads. On LongMemEval haystacks (39 to 57 sessions) the graph opens 3.15 sessions per question, and 6 or more for 18
+# of the 144 answerable dev questions: opening a small memory whole costs no more than a large one often takes. In a
+# short ranking the head stands out from no background: of three sessions one was opened, the stale one, for "Do I
+# still have my red bike?". Memories of more sessions are opened as before.
 SMALL_MEMORY = 6
 
 # Questions whose answer gathers several sessions (aggregation: a count, a sum) or the latest of several (an update):
