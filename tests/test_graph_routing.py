@@ -9,7 +9,7 @@ from graph_helpers import BAD, ScriptedChatModel, clean_environment, run_graph
 from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
 from apdmem.nodes import policy
-from apdmem.nodes.answer import QUOTED, UNCLEAR
+from apdmem.nodes.answer import NOT_FOUND, QUOTED
 from apdmem.nodes.decompose import events as named_events
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
@@ -181,7 +181,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
     else:
         assert final["notes"] == GOOD["notes"]
     if failing == "all":  # no draft and no answer from the model: the answer quotes the evidence instead
-        assert final["answer_mode"] == "extractive" and final["answer"].startswith((QUOTED, UNCLEAR))
+        assert final["answer_mode"] == "extractive" and final["answer"].startswith((QUOTED, NOT_FOUND))
     else:
         assert final["answer_mode"] == "generative"
         assert final["answer"] == ("Biscuit eats kibble" if failing == "answer" else "scripted answer")
