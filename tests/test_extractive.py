@@ -155,3 +155,21 @@ def test_a_small_memory_is_read_whole_and_the_reply_leads_with_what_changed_last
     # Something never said: not in memory, naming the closest sessions read.
     final, _ = run_graph("What is my sister's name?", Context(), "2023/06/01 (Thu) 10:00", memory=memory)
     assert final["answer"].startswith(NOT_FOUND + "\n" + CLOSEST) and "2023-03-05" in final["answer"]
+
+
+def test_apdmem_ask_prints_each_sentences_score_and_whether_it_was_quoted(make_memory, capsys):
+    from apdmem.cli import ask
+    from apdmem.graph import build_graph
+
+    memory = make_memory()
+    memory.ingest(BIKE)
+    final = ask("Do I still have my red bike?", "2023-06-01", build_graph(memory=memory), Context())
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(f"  [answer] the best sentences disclosed, scored against the question (quoted from {RELEVANT:+.1f}):")
+    scored = [re.match(r"^ +([+-]\d+\.\d\d) (quoted  |left out) (\d{4}-\d\d-\d\d) (\S+): (.*)$", line) for line in lines[at + 1:]]
+    assert scored and all(scored)
+    for match in scored:  # quoted exactly when it scores RELEVANT or more and is among the QUOTES best
+        score, mark, _, session, sentence = match.groups()
+        assert session in final["opened"] and (mark == "quoted  ") == (f'"{sentence}"' in final["answer"])
+        assert mark == "left out" or float(score) >= RELEVANT
+    assert "sold the red bike" in scored[0].group(5) or "sold the red bike" in scored[1].group(5)
