@@ -219,3 +219,16 @@ def test_custom_stream_reports_every_search_and_drill(scripted):
     assert drills[0]["session_id"] == "s-dog" and drills[0]["layer"] == "L1" and drills[-1]["layer"] == "L2"
     search = events[0]
     assert search["event"] == "search" and search["step"] == 1 and search["sessions"][0] == "s-dog"
+
+
+def test_the_notes_and_the_answer_receive_the_evidence_oldest_first_with_the_latest_session_marked(scripted):
+    # The reflection opens two sessions; the notes and the answer prompts then carry their evidence in date order.
+    model, memory = scripted(Reflection=[{"sufficient": False, "open_sessions": ["s-knee", "s-hiking"]},
+                                         {"sufficient": True, "draft_answer": "scripted draft"}])
+    final, _ = run_graph("Which outdoor activities did I do?", Context(), settings=Settings(chat_model=model), memory=memory)
+    (notes_prompt,) = model.prompts_of("notes")
+    lines = [line for line in notes_prompt.splitlines() if line.startswith("[2024-")]
+    assert lines == sorted(lines) and {"s-knee", "s-hiking"} <= {line.split(" | ")[1] for line in lines}
+    latest = max(e["date"] for e in final["evidence"])[:16].replace("T", " ")
+    assert all(line.startswith(f"[{latest}") == ("| latest]" in line) for line in lines)
+    assert 'marked "latest" in the notes' in model.prompts_of("answer")[0]  # the answer prefers the latest value
