@@ -20,6 +20,7 @@ from apdmem.eval.longmemeval import EvalSettings
 from apdmem.nodes.answer import NOT_FOUND as NOT_FOUND_REPLY
 from apdmem.nodes.answer import QUOTED, UNCLEAR
 
+pytestmark = pytest.mark.xdist_group("evolving")  # whole to one test process: the suite's replies are asked once
 REPLY_BEHAVIOUR = pytest.mark.xfail(strict=False, reason="issue 29: reply behaviour, branch i29-reply")
 GOAL_LEADS = 0.95  # share of current-value questions whose reply leads with the current value
 GOAL_NOT_IN_MEMORY = 0.80  # share of never-said questions whose reply says the memory does not hold it
@@ -74,6 +75,10 @@ def test_a_scenario_that_cannot_measure_is_refused_naming_it(tmp_path):
     (tmp_path / "filler.json").write_text(json.dumps(filler))
     with pytest.raises(InputError, match="a filler session says the answer"):
         load_suite(tmp_path / "filler.json")
+    del data["scenarios"][1]["sessions"][0]["date"]
+    (tmp_path / "undated.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"record {data['scenarios'][1]['id']}: malformed scenario: KeyError\('date'\)"):
+        load_suite(tmp_path / "undated.json")
 
 
 # --- the scoring --------------------------------------------------------------------------------------------------

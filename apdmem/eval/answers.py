@@ -48,6 +48,9 @@ _PAST = re.compile(r"\b(earlier|previous|previously|before|former|formerly|used 
                    r"until|cancell?ed|quit|sold|left|stopped|dropped|switched|gave up|returned|ended|broke up|"
                    r"passed away|died|replaced|changed|instead of|moved from|moved away|moved out)\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_NUMBERS = {word: str(n) for n, word in enumerate("two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                                                   "fifteen sixteen seventeen eighteen nineteen twenty".split(), start=2)}
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b", re.IGNORECASE)
 
 
 def stance(reply: str) -> str:
@@ -73,8 +76,18 @@ def stance(reply: str) -> str:
 
 
 def mentions(text: str, values: list[str]) -> bool:
-    """Whether `text` holds one of `values`, as whole normalized words (lower case, punctuation as spaces)."""
-    return any(gold_contained(text, value) for value in values)
+    """Whether `text` holds one of `values`, as whole normalized words (lower case, punctuation as spaces), a
+    number from two to twenty written in words or digits alike.
+
+    >>> mentions("I now own four bikes.", ["4"]), mentions("My rent is $1,550.", ["1,550"]), mentions("11 plants", ["1"])
+    (True, True, False)
+    """
+    return any(gold_contained(_digits(text), _digits(value)) for value in values)
+
+
+def _digits(text: str) -> str:
+    """`text` with the number words two to twenty as digits ("one" is left alone: "a blue one")."""
+    return _NUMBER_WORD.sub(lambda m: _NUMBERS[m.group(0).lower()], str(text))
 
 
 def segments(reply: str) -> list[str]:
@@ -111,18 +124,19 @@ def leads_with_current(reply: str, current: list[str], stale: list[str]) -> bool
 
 
 def extractable(item) -> bool:
-    """Whether a LongMemEval question's gold answer can be quoted: its normalized words occur in a turn of one of
-    its evidence sessions."""
+    """Whether a LongMemEval question's gold answer can be quoted: it occurs (`mentions`) in a turn of one of its
+    evidence sessions."""
     evidence = set(item.answer_session_ids)
-    return any(gold_contained(turn.content, item.answer) for s in item.sessions if s.session_id in evidence for turn in s.turns)
+    return any(mentions(turn.content, [item.answer]) for s in item.sessions if s.session_id in evidence for turn in s.turns)
 
 
 def answer_longmemeval(item, settings) -> dict:
     """Ask one LongMemEval question (`apdmem.eval.longmemeval.answer_item`, no judge with
     ``settings.llm_judge=False``): its record, with whether its gold is `quotable` (`extractable`), the reply
-    `contained` it, and the reply's `stance`."""
+    `contained` it (`mentions`), and the reply's `stance`."""
     record = answer_item(item, settings)
-    return {**record, "quotable": extractable(item), "contained": record["gold_contained"], "stance": stance(record["hypothesis"])}
+    reply = record["hypothesis"]
+    return {**record, "quotable": extractable(item), "contained": mentions(reply, [item.answer]), "stance": stance(reply)}
 
 
 def reply_figures(records: list[dict]) -> dict:
@@ -242,6 +256,8 @@ def load_suite(path: str | Path | None = None) -> list[Scenario]:
 
 
 def _scenario(entry: dict, fillers: dict) -> Scenario:
+    """A scenario of the suite file, its filler sessions given their turns; KeyError, ValueError or TypeError for
+    an entry that is not one (what it says is checked by `scenario_problems`)."""
     sessions, filler_ids = [], set()
     for raw in entry["sessions"]:
         turns = raw.get("turns")
