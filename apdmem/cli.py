@@ -197,7 +197,12 @@ def _context(args, memory):
                    reflection=not args.no_reflection, follow_links=args.follow_links)
 
 
-QUERY_SHOWN = 100  # characters of a query the progress lines show (a question may be pages long)
+QUERY_SHOWN = 100  # characters of a query or a sentence the progress lines show (a question may be pages long)
+
+
+def shortened(text: str) -> str:
+    """`text` cut to QUERY_SHOWN characters for a progress line."""
+    return text if len(text) <= QUERY_SHOWN else text[: QUERY_SHOWN - 3] + "..."
 
 
 def lifted_by(via: dict | None) -> str:
@@ -235,12 +240,17 @@ def ask(question: str, question_date: str | None, graph, context, *, json_lines:
             if chunk["ignored"]:
                 print(f"  [dates] ignored: {'; '.join(chunk['ignored'])}", flush=True)
         elif chunk["event"] == "search":
-            queries = [q if len(q) <= QUERY_SHOWN else q[: QUERY_SHOWN - 3] + "..." for q in chunk["queries"]]
+            queries = [shortened(q) for q in chunk["queries"]]
             print(f"  [step {chunk['step']}] search {queries} -> {len(chunk['sessions'])} sessions", flush=True)
         elif chunk["event"] == "drill":
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
             why = lifted_by(chunk.get("via"))
             print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{why}", flush=True)
+        elif chunk["event"] == "quotes":
+            print(f"  [answer] the best sentences disclosed, scored against the question (quoted from {chunk['threshold']:+.1f}):")
+            for q in chunk["quotes"]:
+                print(f"    {q['score']:+6.2f} {'quoted  ' if q['quoted'] else 'left out'} {q['date'][:10]} {q['session_id']}: "
+                      f"{shortened(q['sentence'])}")
     return final
 
 

@@ -81,13 +81,15 @@ SYNTHESIZE_NOTES = """Organize the evidence below into notes for answering the q
 
 Question (asked {today}): {question}
 {date_hints}
-Evidence, oldest first (each line: [session date | session id | layer] text):
+Evidence, oldest first (each line: [session date | session id | layer] text; the lines of the latest session end
+their bracket with "| latest"):
 {evidence}
 
 Write Markdown notes with these sections, leaving out empty ones:
 ## Relevant facts - only facts that bear on the question, each with its date;
 ## Timeline - the events in date order, with absolute dates and the gaps between them when time matters;
-## Updates and contradictions - values that changed over time; mark the latest one as (latest);
+## Updates and contradictions - values that changed over time, latest first, each with its date; mark the latest
+   one as (latest) and the ones it replaced as (earlier);
 ## Items and counts - when the question asks how many or which ones: every distinct item, numbered, without
    duplicates, and the total;
 ## Answer hint - what the answer should be based on, and whether the evidence is enough to answer at all."""
@@ -96,7 +98,9 @@ ANSWER = """You are a personal assistant with a long-term memory of your convers
 Answer the user's question from the notes and the draft below. Today is {today}.
 - Be concise: give the answer first, then at most two sentences of justification.
 - For counts, dates and durations, work them out from the notes step by step before answering.
-- When facts changed over time, answer with the latest one.
+- When facts changed over time, answer with the latest one (marked "latest" in the notes) and say it is the
+  current one; give an earlier value only when the question asks about the past ("before", "used to", "at first",
+  "in March", "when did it change"), and say when each held.
 - If the notes do not contain the information, say that you don't have that information from your past
   conversations, and do not guess.
 

@@ -122,7 +122,8 @@ def replay(memory: Memory, case: Case, lever: dict, reranker: CachedReranker, ti
     date_ranges = [[f"{start}", f"{end}"] for start, end in ranges] if lever["date cover"] else []
     policy.lift(candidates, case.question, links, date_ranges)
     ranked = policy.ranking(candidates, case.question)
-    state = {"question": case.question, "searched": queries, "candidates": candidates, "date_ranges": date_ranges}
+    state = {"question": case.question, "searched": queries, "candidates": candidates, "date_ranges": date_ranges,
+             "memory_sessions": len(memory.manifest["sessions"])}
     policy.HEAD = lever["head"]
     opened = set(policy.wanted(state))
     gold = case.gold_sessions
@@ -159,6 +160,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=Context.top_k, help="sessions per search (default %(default)s)")
     parser.add_argument("--head", type=float, action="append", default=[], help="another value of policy.HEAD (repeat "
                         "for more): a row for each, with the links option as by default and flipped")
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), help="only these rows (default: all)")
     args = parser.parse_args()
     cases, conversations = [], {}
     for dataset in args.datasets:
@@ -170,6 +172,7 @@ def main() -> None:
         cases += more
     links_row = next(name for name, change in ROWS.items() if "links" in change)
     rows = {**ROWS, **{f"{name}, HEAD {h}": {**ROWS[name], "head": h} for h in args.head for name in ("defaults", links_row)}}
+    rows = {name: change for name, change in rows.items() if not args.rows or name.split(",")[0] in args.rows}
     with tempfile.TemporaryDirectory(prefix="apdmem-ablation-") as scratch:
         store = open_store(args.store or scratch)
         memories = {}
@@ -192,7 +195,8 @@ def main() -> None:
           + "".join(f"{h:>10}" for h in TYPES) + f"{'search ms':>11}{'rescore ms':>11}")
     for name, records in table.items():
         print(row(name, records, timings[name], fresh=name in fresh))
-    print("\ndefaults by type: " + per_type(table["defaults"]))
+    if "defaults" in table:
+        print("\ndefaults by type: " + per_type(table["defaults"]))
 
 
 if __name__ == "__main__":

@@ -126,7 +126,6 @@ def test_the_reply_leads_with_the_current_value(replies):
     assert 1 - len(failing) / len(current) >= GOAL_LEADS, failing
 
 
-@REPLY_BEHAVIOUR
 def test_a_stale_value_is_never_presented_as_current(replies):
     assert [r["question_id"] for r in replies if r["kind"] == "current" and r["stale_as_current"]] == []
 

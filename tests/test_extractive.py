@@ -3,8 +3,10 @@ itself, the answer quotes the disclosed evidence with its date, and the output s
 Real models and a real haystack (the LongMemEval-S item shipped with the package); nothing is scripted."""
 
 import re
+from dataclasses import replace
 
 import pytest
+from conftest import make_session
 from graph_helpers import clean_environment, run_graph
 
 from apdmem.errors import ConfigError
@@ -14,10 +16,16 @@ from apdmem.memory.layers import key_sentences, one_line, sentences, turn_senten
 from apdmem.memory.records import Turn
 from apdmem.models import LOCAL_CHAT, get_chat_model, get_reranker, is_embedded, is_generative
 from apdmem.models.local import package_dir
-from apdmem.nodes.answer import NOT_FOUND, QUOTED, UNCLEAR, extractive_answer
+from apdmem.nodes.answer import (CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, Quote, chosen, extractive_answer,
+                                 quoted_reply)
 from apdmem.tools import read_raw
 
-QUOTE = re.compile(r'^- (\d{4}-\d\d-\d\d), (.+?) said: "(.*)"$', re.M)
+QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: "(.*)"$', re.M)  # one line per message
+
+
+def quoted(reply: str) -> list[tuple[str, str, str]]:
+    """(date, who, sentence) of every sentence a reply quotes (a message's sentences share its line: "A" … "B")."""
+    return [(date, who, sentence) for date, who, said in QUOTE.findall(reply) for sentence in said.split('" … "')]
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +76,8 @@ def test_the_graph_answers_by_quoting_the_evidence_with_its_date(haystack):
     item, memory = haystack
     final, events = run_graph(item.question, Context(), item.question_date.isoformat(), memory=memory)
     assert final["answer_mode"] == "extractive" and final["answer"].startswith(QUOTED + "\n")
-    quotes = QUOTE.findall(final["answer"])
-    assert 1 <= len(quotes) <= 3 and len(quotes) == final["answer"].count("\n")
+    quotes = quoted(final["answer"])
+    assert 1 <= len(quotes) <= QUOTES and len(QUOTE.findall(final["answer"])) == final["answer"].count("\n")
     sessions = {s.date.strftime("%Y-%m-%d"): s for s in item.sessions}
     for date, who, sentence in quotes:  # each quote is in a session of that date, said by who it names
         turn = next(t for s in item.sessions if f"{s.date:%Y-%m-%d}" == date for t in s.turns if sentence in one_line(t.content))
@@ -89,8 +97,79 @@ def test_a_note_no_one_said_is_never_quoted(make_memory, history):
     reply = extractive_answer("When is my puppy's first vet appointment?", [invented, *read_raw(memory, "s-dog", [2])],
                               memory, get_reranker())
     assert reply.startswith(QUOTED) and "Okafor" not in reply and "Ashwood" not in reply
-    assert '- 2024-03-10, you said: "Her first vet appointment with Dr. Alvarez is on Friday."' in reply.splitlines()
+    assert ("2024-03-10", "you", "Her first vet appointment with Dr. Alvarez is on Friday.") in quoted(reply)
     assert extractive_answer("When is my puppy's first vet appointment?", [invented], memory, get_reranker()) == NOT_FOUND
     assert extractive_answer("Anything?", [], memory, get_reranker()) == NOT_FOUND
+    # Nothing disclosed answers: not in memory, naming the conversation read by its date.
     unrelated = extractive_answer("What is the boiling point of mercury in kelvin?", read_raw(memory, "s-bread"), memory, get_reranker())
-    assert unrelated.startswith(UNCLEAR + "\n") and len(QUOTE.findall(unrelated)) == 3 == unrelated.count("\n")
+    assert unrelated == f"{NOT_FOUND}\n{CLOSEST} 2024-03-18."
+
+
+# --- Latest first, and only what answers (issue 29) ----------------------------------------------------------------
+
+BIKE = [
+    make_session("s-bike1", "2023-01-10T10:00", ["I bought a red bike last weekend, a Trek road bike.", "Nice! Where will you ride it?",
+                                                 "Mostly along the river path to work.", "That's a lovely commute."]),
+    make_session("s-soup", "2023-03-05T10:00", ["Can you suggest a recipe for lentil soup?", "Sure: lentils, carrots, onion and cumin.",
+                                                "I'll make it tonight for my roommate Sam.", "Enjoy!"]),
+    make_session("s-bike2", "2023-05-02T10:00", ["I sold the red bike and got a blue one, a Canyon gravel bike.",
+                                                 "Great upgrade! Why gravel?", "I want to ride the forest trails on weekends.",
+                                                 "Gravel bikes are perfect for that."]),
+]
+
+
+def quote(sentence: str, date: str, score: float, *, session: str = "s1", turn: int = 0, at: int = 0) -> Quote:
+    return Quote(sentence, session, f"{date}T10:00:00", turn, at, "", "user", score)
+
+
+def test_quotes_that_answer_come_latest_first_one_line_per_message():
+    old = quote("I live in Porto near the river.", "2023-01-12", 3.0)
+    new = quote("We finally moved to Lisbon last weekend.", "2023-05-20", RELEVANT + 0.5, session="s3")
+    also = quote("The apartment is in Alvalade.", "2023-05-20", RELEVANT + 0.1, session="s3", at=45)
+    noise = quote("Boxes everywhere, but it is lovely.", "2023-06-01", RELEVANT - 0.1, session="s4")
+    reply = quoted_reply([old, new, also, noise])  # best first, as `scored_quotes` gives them
+    assert reply.splitlines() == [QUOTED, '- latest, 2023-05-20, you said: "We finally moved to Lisbon last weekend." … '
+                                          '"The apartment is in Alvalade."',
+                                  '- earlier, 2023-01-12, you said: "I live in Porto near the river."']
+    assert chosen([old, new, also, noise]) == [new, also, old]  # the one below RELEVANT is left out
+    assert quoted_reply([old]) == QUOTED + '\n- 2023-01-12, you said: "I live in Porto near the river."'  # one message: no mark
+    # Nothing answers: the memory does not hold it, and the sessions that came closest are named by their dates.
+    assert quoted_reply([noise, replace(old, score=RELEVANT - 2)]) == f"{NOT_FOUND}\n{CLOSEST} 2023-06-01, 2023-01-12."
+    assert quoted_reply([]) == NOT_FOUND
+
+
+def test_a_small_memory_is_read_whole_and_the_reply_leads_with_what_changed_last(make_memory):
+    memory = make_memory()
+    memory.ingest(BIKE)
+    final, events = run_graph("Do I still have my red bike?", Context(), "2023/06/01 (Thu) 10:00", memory=memory)
+    assert set(final["opened"]) == {"s-bike1", "s-soup", "s-bike2"}  # three sessions: every one is opened
+    lines = final["answer"].splitlines()
+    assert lines[0] == QUOTED and lines[1].startswith('- latest, 2023-05-02, you said: "I sold the red bike')
+    assert lines[2].startswith('- earlier, 2023-01-10, you said: "I bought a red bike') and len(lines) == 3
+    # The trace shows each sentence's score and whether it was quoted.
+    (traced,) = [e for e in events if e["event"] == "quotes"]
+    assert traced["threshold"] == RELEVANT and [q["score"] for q in traced["quotes"]] == sorted(
+        (q["score"] for q in traced["quotes"]), reverse=True)
+    assert {q["sentence"] for q in traced["quotes"] if q["quoted"]} == {q["sentence"] for q in traced["quotes"]
+                                                                        if q["score"] >= RELEVANT} and len(lines) - 1 <= QUOTES
+    # Something never said: not in memory, naming the closest sessions read.
+    final, _ = run_graph("What is my sister's name?", Context(), "2023/06/01 (Thu) 10:00", memory=memory)
+    assert final["answer"].startswith(NOT_FOUND + "\n" + CLOSEST) and "2023-03-05" in final["answer"]
+
+
+def test_apdmem_ask_prints_each_sentences_score_and_whether_it_was_quoted(make_memory, capsys):
+    from apdmem.cli import ask
+    from apdmem.graph import build_graph
+
+    memory = make_memory()
+    memory.ingest(BIKE)
+    final = ask("Do I still have my red bike?", "2023-06-01", build_graph(memory=memory), Context())
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(f"  [answer] the best sentences disclosed, scored against the question (quoted from {RELEVANT:+.1f}):")
+    scored = [re.match(r"^ +([+-]\d+\.\d\d) (quoted  |left out) (\d{4}-\d\d-\d\d) (\S+): (.*)$", line) for line in lines[at + 1:]]
+    assert scored and all(scored)
+    for match in scored:  # quoted exactly when it scores RELEVANT or more and is among the QUOTES best
+        score, mark, _, session, sentence = match.groups()
+        assert session in final["opened"] and (mark == "quoted  ") == (f'"{sentence}"' in final["answer"])
+        assert mark == "left out" or float(score) >= RELEVANT
+    assert "sold the red bike" in scored[0].group(5) or "sold the red bike" in scored[1].group(5)

@@ -66,5 +66,6 @@ def test_cli_demo():
     assert f"Evidence session of the benchmark: {GOLD}, opened at L" in out
     assert f"Evidence turn disclosed (session {GOLD}, 2023-05-29, turn 7, read at L" in out
     answer = out.split("\nAnswer (mode: extractive):\n", 1)[1].split("\nReference answer: 7\n", 1)[0]
-    assert answer.startswith("From your conversations (quoted, no model wrote this):\n- 2023-05-29, you said: ")
+    # Quotes of several messages: the latest first, marked ("- latest, 2023-05-29, you said: ...").
+    assert answer.startswith("From your conversations (quoted, no model wrote this):\n- latest, 2023-05-29, you said: ")
     assert "I brought 7 shirts" in answer and "model calls: 0" in out and "Wall time: " in out

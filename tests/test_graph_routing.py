@@ -9,7 +9,7 @@ from graph_helpers import BAD, ScriptedChatModel, clean_environment, run_graph
 from apdmem.graph import Context, Settings, build_graph
 from apdmem.graph.state import OutputState
 from apdmem.nodes import policy
-from apdmem.nodes.answer import QUOTED, UNCLEAR
+from apdmem.nodes.answer import NOT_FOUND, QUOTED
 from apdmem.nodes.decompose import events as named_events
 
 QUESTION = "What is my dog's name?"  # s-dog ranks first (conftest.QUESTIONS)
@@ -181,7 +181,7 @@ def test_unusable_model_output_falls_back(scripted, failing):
     else:
         assert final["notes"] == GOOD["notes"]
     if failing == "all":  # no draft and no answer from the model: the answer quotes the evidence instead
-        assert final["answer_mode"] == "extractive" and final["answer"].startswith((QUOTED, UNCLEAR))
+        assert final["answer_mode"] == "extractive" and final["answer"].startswith((QUOTED, NOT_FOUND))
     else:
         assert final["answer_mode"] == "generative"
         assert final["answer"] == ("Biscuit eats kibble" if failing == "answer" else "scripted answer")
@@ -219,3 +219,16 @@ def test_custom_stream_reports_every_search_and_drill(scripted):
     assert drills[0]["session_id"] == "s-dog" and drills[0]["layer"] == "L1" and drills[-1]["layer"] == "L2"
     search = events[0]
     assert search["event"] == "search" and search["step"] == 1 and search["sessions"][0] == "s-dog"
+
+
+def test_the_notes_and_the_answer_receive_the_evidence_oldest_first_with_the_latest_session_marked(scripted):
+    # The reflection opens two sessions; the notes and the answer prompts then carry their evidence in date order.
+    model, memory = scripted(Reflection=[{"sufficient": False, "open_sessions": ["s-knee", "s-hiking"]},
+                                         {"sufficient": True, "draft_answer": "scripted draft"}])
+    final, _ = run_graph("Which outdoor activities did I do?", Context(), settings=Settings(chat_model=model), memory=memory)
+    (notes_prompt,) = model.prompts_of("notes")
+    lines = [line for line in notes_prompt.splitlines() if line.startswith("[2024-")]
+    assert lines == sorted(lines) and {"s-knee", "s-hiking"} <= {line.split(" | ")[1] for line in lines}
+    latest = max(e["date"] for e in final["evidence"])[:16].replace("T", " ")
+    assert all(line.startswith(f"[{latest}") == ("| latest]" in line) for line in lines)
+    assert 'marked "latest" in the notes' in model.prompts_of("answer")[0]  # the answer prefers the latest value

@@ -252,3 +252,24 @@ def test_the_strongest_links_of_the_first_sessions_lift_at_most_links_lifted_ses
     policy.lift(higher, "q", {"s1": [link("s2", 0.9), link("s9", 0.8)]})
     assert higher["s2"]["hits"]["q"] == 3.0 and "via" not in higher["s2"] and higher["s9"]["hits"]["q"] == pytest.approx(-1.2)
     assert doctest.testmod(policy).failed == doctest.testmod(lifts).failed == 0  # follows_links: "how many ... in total" yes, "what is my dog's name" no
+
+
+def test_sessions_about_one_subject_link_in_a_small_memory_as_in_a_large_one():
+    """The evolving-memory suite's histories (1-15 sessions) alone: pairs of sessions about the scenario's subject
+    link about as often as inside a 50-session history (a third; 4% at the large memory's threshold), pairs with a
+    session about something else almost never (`links.small_discount`)."""
+    from itertools import combinations
+
+    from apdmem.eval.answers import load_suite
+    from apdmem.memory.links import small_discount
+
+    same, other = [], []
+    for scenario in load_suite():
+        memory = Memory("alice", store=memory_store(), l0_mode="raw")
+        memory.ingest(scenario.sessions)
+        linked = pairs(memory)
+        for a, b in combinations([s.session_id for s in scenario.sessions], 2):
+            about_subject = a not in scenario.fillers and b not in scenario.fillers
+            (same if about_subject else other).append(frozenset((a, b)) in linked)
+    assert sum(same) / len(same) >= 0.3 and sum(other) / len(other) <= 0.01, (sum(same), len(same), sum(other), len(other))
+    assert small_discount(3) > small_discount(15) > small_discount(30) == 0.0

@@ -184,3 +184,15 @@ def test_without_a_generative_model_the_events_are_the_decomposition():
     assert len(capped["queries"]) == 3  # max_queries counts the question
     off = decompose({"question": question}, SimpleNamespace(context=Context(decomposition=False)), settings=Settings())
     assert off["queries"] == [question]
+
+
+def test_a_small_memory_is_opened_whole_and_a_large_one_by_its_head():
+    question, sub = "Do I still have my red bike?", "red bike"
+    candidates = {"s1": candidate(2.0, {question: 2.0}), "s2": candidate(1.1, {question: 1.1}),
+                  "s3": candidate(1.05, {question: 1.05}), "s4": candidate(0.5, {sub: 0.5})}
+    state = {"question": question, "searched": [question, sub], "candidates": candidates}
+    # Every candidate, the question's ranking first, then what only a sub-query found.
+    assert policy.wanted({**state, "memory_sessions": policy.SMALL_MEMORY}) == ["s1", "s2", "s3", "s4"]
+    assert policy.small({"memory_sessions": 1}) and not policy.small({})
+    # One session more: the head (s1 stands out alone) and the sub-query's best.
+    assert policy.wanted({**state, "memory_sessions": policy.SMALL_MEMORY + 1}) == policy.wanted(state) == ["s1", "s4"]

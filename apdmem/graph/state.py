@@ -81,6 +81,7 @@ class State(InputState, OutputState, total=False):
     # session id -> {date, summary, score, spans, hits: {query: score}}, and `via`: the link or date that lifted it
     # (`policy.lift`)
     candidates: dict[str, dict]
+    memory_sessions: int  # how many sessions the memory searched holds (the policy opens a small one whole)
     evidence: Annotated[list[Evidence], operator.add]
     opened: Annotated[dict[str, str], deepest]
     drills: Annotated[list[Drill], operator.add]

@@ -15,7 +15,8 @@ def search(state, runtime, *, settings, memory=None) -> dict:
     disclosure policy covers each one); `collect` merges the hits into the candidate sessions. With the
     `follow_links` option and a question that gathers several sessions (`policy.follows_links`), the sessions most
     strongly linked to the question's first ones are lifted into its ranking, and so is its best-ranked session
-    dated near each of its dates (`policy.lift`). `settings` and `memory` are what the graph was built with
+    dated near each of its dates (`policy.lift`). How many sessions the memory holds goes to the policy too
+    (``memory_sessions``: a small memory is opened whole, `policy.small`). `settings` and `memory` are what the graph was built with
     (`build_graph`)."""
     ctx = runtime.context
     searched = set(state.get("searched", []))
@@ -42,4 +43,4 @@ def search(state, runtime, *, settings, memory=None) -> dict:
             if "from" in candidate.get("via", {}):
                 via = candidate["via"] = {**candidate["via"]}
                 via["terms"] = memory.spelled(via["terms"], [via["from"], sid])
-    return {"candidates": candidates, "searched": queries, "step": step}
+    return {"candidates": candidates, "searched": queries, "step": step, "memory_sessions": len(memory.manifest["sessions"])}

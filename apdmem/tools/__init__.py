@@ -60,12 +60,21 @@ def read_raw(memory, session_id: str, turns: list[int] | None = None, usage: Usa
 
 
 def format_evidence(items: list[Evidence]) -> str:
-    """Evidence as lines `[date | session | layer turn] text`, oldest session first."""
+    """Evidence as lines `[date | session | layer turn] text`, oldest session first; when it comes from several
+    sessions, the lines of the latest end their bracket with `| latest` (a fact that changed: its current value).
+
+    >>> print(format_evidence([Evidence(session_id="s2", date="2023-05-02T10:00", layer="L1", turn=None, text="Sold it."),
+    ...                        Evidence(session_id="s1", date="2023-01-10T09:00", layer="L3", turn=0, text="user: A red bike.")]))
+    [2023-01-10 09:00 | s1 | L3 turn 1] user: A red bike.
+    [2023-05-02 10:00 | s2 | L1 | latest] Sold it.
+    """
     ordered = sorted(items, key=lambda e: (e["date"], e["session_id"], e["turn"] if e["turn"] is not None else -1))
+    latest = (ordered[-1]["date"], ordered[-1]["session_id"]) if len({e["session_id"] for e in ordered}) > 1 else None
     lines = []
     for e in ordered:
         where = e["layer"] if e["turn"] is None else f"{e['layer']} turn {e['turn'] + 1}"
-        lines.append(f"[{e['date'][:16].replace('T', ' ')} | {e['session_id']} | {where}] {e['text']}")
+        mark = " | latest" if (e["date"], e["session_id"]) == latest else ""
+        lines.append(f"[{e['date'][:16].replace('T', ' ')} | {e['session_id']} | {where}{mark}] {e['text']}")
     return "\n".join(lines)
 
 
