@@ -15,6 +15,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import chain
 
 import faiss
 import numpy as np
@@ -214,12 +215,22 @@ class UnitIndex:
         self.dimension, self.lexical_kind = dimension, lexical
         self.units: list = []
         self.tokens: list[list[str]] = []  # what BM25 indexes of each unit, saved with the table (tokenizing is slow)
+        self._units_with: Counter[str] | None = None  # see `units_with`: counted on first use, then kept up to date
         self.alive = np.zeros(0, dtype=bool)
         self.lexical = make_lexical(lexical, expected_size)
         self.dense = DenseIndex(dimension)
 
     def __len__(self) -> int:
         return int(self.alive.sum())
+
+    @property
+    def units_with(self) -> Counter[str]:
+        """How many units hold each token, forgotten units included (what linking weighs terms by; a writer's
+        copies keep it up to date, so that a commit does not count the whole index again)."""
+        if self._units_with is None:
+            self._units_with = Counter(chain.from_iterable(map(set, self.tokens)))
+        return self._units_with
+
 
     def add(self, units: list, vectors: np.ndarray, tokens: list[list[str]] | None = None) -> None:
         """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order; `tokens` are
@@ -228,6 +239,8 @@ class UnitIndex:
         tokens = tokens if tokens is not None else [unit_tokens(u) for u in units]
         self.units.extend(units)
         self.tokens.extend(tokens)
+        if self._units_with is not None:
+            self._units_with.update(chain.from_iterable(map(set, tokens)))
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
         self.lexical.add(tokens)
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
@@ -284,6 +297,12 @@ class UnitIndex:
         fresh = UnitIndex(self.dimension, self.lexical_kind, len(live))
         fresh.units, fresh.alive = [self.units[r] for r in live], np.ones(len(live), dtype=bool)
         fresh.tokens = [self.tokens[r] for r in live]
+        if self._units_with is not None:  # less the forgotten units' tokens: cheaper than counting again
+            fresh._units_with = counts = self._units_with.copy()
+            for term in chain.from_iterable(set(self.tokens[r]) for r in np.flatnonzero(~self.alive)):
+                counts[term] -= 1
+                if not counts[term]:
+                    del counts[term]
         fresh.lexical.add(fresh.tokens)
         keep = self.alive[self.dense.rows]
         fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())
