@@ -187,9 +187,9 @@ class _Profiles:
     """What linking compares, for the live sessions of an index: their terms (with their idf) and unit vectors, and
     the sessions the index finds near the sessions being linked (`candidates`).
 
-    Made once per `LinkTable.add`: one pass over the index's tokens (C-speed set operations: which units hold each
-    term, and which of them hold the rare terms of the sessions being linked) and one nearest-neighbour search of
-    their vectors; then the work per session grows with its candidates, not with the sessions of the index.
+    Made once per `LinkTable.add`: one pass over the units' tokens at C speed (which sessions hold the rare words of
+    the sessions being linked; how many units hold each word the index keeps up to date) and one nearest-neighbour
+    search of their vectors; then the work per session grows with its candidates, not with the sessions of the index.
     """
 
     def __init__(self, index: UnitIndex, linked: list[str]):
