@@ -79,15 +79,22 @@ class RankBM25:
         self._model = None
 
     def add(self, docs: list[list[str]]) -> None:
-        # BM25Okapi precomputes corpus statistics, so each addition rebuilds it (cheap below SPARSE_THRESHOLD).
+        # BM25Okapi precomputes corpus statistics over every document: it is built again on the first read after a
+        # change, not at each addition (a commit adds to a copy of the index twice and reads it once).
         self._docs.extend(docs)
-        if any(self._docs):  # rank-bm25 divides by zero on an all-empty corpus
+        self._model = None
+
+    def _built(self):
+        """BM25Okapi over the documents (None while every document is empty: rank-bm25 would divide by zero)."""
+        if self._model is None and any(self._docs):
             self._model = BM25Okapi(self._docs, k1=K1, b=B, epsilon=EPSILON)
+        return self._model
 
     def scores(self, query: list[str]) -> np.ndarray:
-        if self._model is None:
+        model = self._built()
+        if model is None:
             return np.zeros(len(self._docs))
-        return np.asarray(self._model.get_scores(query), dtype=np.float64)
+        return np.asarray(model.get_scores(query), dtype=np.float64)
 
     def ceiling(self, query: list[str]) -> float:
         """The score a document would reach by holding every query term (see `score_ceiling`)."""
@@ -95,7 +102,8 @@ class RankBM25:
 
     def idf(self) -> dict[str, float]:
         """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
-        return self._model.idf if self._model else {}
+        model = self._built()
+        return model.idf if model else {}
 
 
 class SparseBM25:
@@ -282,10 +290,12 @@ class UnitIndex:
         index.units, index.alive = units, np.ones(len(units), dtype=bool)
         try:
             index.lexical.add(tokens)
+            index.lexical.idf()  # built now: an unhashable word fails here, not in a search
         except TypeError:  # an unhashable "word": damaged lists
             tokens = [unit_tokens(u) for u in units]
             index.lexical = make_lexical(lexical, len(units))
             index.lexical.add(tokens)
+            index.lexical.idf()
         index.tokens = tokens
         index.dense.add(np.frombuffer(vectors, dtype="<f4").reshape(len(rows), dimension), rows)
         return index
