@@ -48,6 +48,8 @@ class Settings:
                                     "or an Ollama host for 'ollama:<model>' (also OPENAI_BASE_URL).")
     l0_mode: str | None = _setting("How ingestion builds L0: 'llm' (the chat model summarizes each window), 'raw' (the "
                                    "window text) or 'auto' (raw with the embedded chat model, llm otherwise; the default).")
+    cache_mb: Any = _setting("Megabytes the users loaded by a process (their indexes, kept between requests) may take "
+                             "together; the least recently used are dropped beyond it (default 512, for a 2 GB server).")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -56,7 +58,7 @@ class Settings:
         # Fallbacks. `_unset` rather than `or`: a store or model object passed in is kept whatever its truth value.
         fallbacks = {"store": environment("memory_dir") or str(Path.home() / ".apdmem"), "chat_model": "local",
                      "embeddings": "local", "reranker_model": "local", "base_url": os.environ.get("OPENAI_BASE_URL") or None,
-                     "l0_mode": "auto"}
+                     "l0_mode": "auto", "cache_mb": "512"}
         for name, fallback in fallbacks.items():
             if _unset(getattr(self, name)):
                 setattr(self, name, fallback)

@@ -97,6 +97,26 @@ def digests(values: dict[str, bytes]) -> dict[str, str]:
     return out
 
 
+def test_a_new_session_is_compared_with_the_sessions_the_index_finds_near_it_only(history, monkeypatch):
+    # With candidates this few (the nearest vectors of each unit, the sessions sharing the most rare words), the new
+    # session is compared with a few sessions, not the eight others, and still finds the session about the same
+    # purchases; the table equals the one built comparing it with every session.
+    from apdmem.memory import links
+
+    memory = Memory("alice", store=memory_store(), l0_mode="raw")
+    memory.ingest([s for s in history if s.session_id != "s-shop2"])
+    compared = []
+    monkeypatch.setattr(links, "NEAREST", 3)
+    monkeypatch.setattr(links, "SHARING", 1)
+    monkeypatch.setattr(links, "_link", lambda sid, other, *rest, _link=links._link: compared.append(other) or _link(sid, other, *rest))
+    memory.ingest([SHOP_2])
+    assert "s-shop1" in compared and len(set(compared)) < len(history) - 1
+    assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+    monkeypatch.setattr(links, "NEAREST", 1000)
+    monkeypatch.setattr(links, "SHARING", 1000)
+    assert links.LinkTable.build(memory.index, memory.generations.link_threshold).dump() == memory.generations.current.links.dump()
+
+
 STRENGTHS = {"NaN strength": float("nan"), "infinite strength": float("inf"), "negative strength": -0.5,
              "strength above 1": 7.0, "similarity below -1": -3.0}
 

@@ -505,3 +505,25 @@ def test_llm_mode_ingest_summarizes_windows_with_the_chat_model(embeddings):
     assert memory.usage.input_tokens > 0 and memory.usage.calls >= 1
     assert report.usage.input_tokens == memory.usage.input_tokens and report.usage.calls == memory.usage.calls
     assert top(memory.search("What is my puppy's name?", k=1)) == ["puppy"]
+
+
+def test_a_process_keeps_loaded_users_within_cache_mb_and_drops_the_least_recently_used(history, tmp_path, monkeypatch):
+    from apdmem.memory import open_memory
+
+    store = str(tmp_path / "store")
+    for user, sessions in (("alice", history), ("bob", history[:3])):
+        Memory(user, store=store, l0_mode="raw").ingest(sessions)
+    alice = open_memory("alice", store=store)
+    assert alice.nbytes() > open_memory("bob", store=store).nbytes() > 0  # grows with what the user holds
+    assert open_memory("alice", store=store) is alice  # the default budget (512 MB) holds both
+    # A budget that holds alice alone: opening bob drops alice (the least recently used), then alice drops bob.
+    monkeypatch.setenv("APDMEM_CACHE_MB", str((alice.nbytes() + 1) / 2**20))
+    bob = open_memory("bob", store=store)
+    assert open_memory("alice", store=store) is not alice
+    assert open_memory("bob", store=store) is not bob
+    # A user larger than the budget is still served (and kept: the one just opened stays).
+    monkeypatch.setenv("APDMEM_CACHE_MB", "0")
+    assert open_memory("alice", store=store) is open_memory("alice", store=store)
+    monkeypatch.setenv("APDMEM_CACHE_MB", "lots")
+    with pytest.raises(ConfigError, match="cache_mb \\(APDMEM_CACHE_MB\\) must be a number of megabytes, got 'lots'"):
+        open_memory("alice", store=store)

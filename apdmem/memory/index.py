@@ -15,6 +15,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import chain
 
 import faiss
 import numpy as np
@@ -24,6 +25,9 @@ from rank_bm25 import BM25Okapi
 from apdmem.memory.records import Unit
 
 SPARSE_THRESHOLD = 20_000
+# Memory a loaded index holds per token of its units, besides its vectors: the token lists, the units' text and the
+# lexical index (tracemalloc over 20 LongMemEval users, 4,000 raw units, 1.7M tokens: 88 bytes per token).
+BYTES_PER_TOKEN = 88
 # Names what `tokenize` does; saved with each unit table so that tokens saved by another tokenizer are not reused.
 TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
@@ -75,15 +79,22 @@ class RankBM25:
         self._model = None
 
     def add(self, docs: list[list[str]]) -> None:
-        # BM25Okapi precomputes corpus statistics, so each addition rebuilds it (cheap below SPARSE_THRESHOLD).
+        # BM25Okapi precomputes corpus statistics over every document: it is built again on the first read after a
+        # change, not at each addition (a commit adds to a copy of the index twice and reads it once).
         self._docs.extend(docs)
-        if any(self._docs):  # rank-bm25 divides by zero on an all-empty corpus
+        self._model = None
+
+    def _built(self):
+        """BM25Okapi over the documents (None while every document is empty: rank-bm25 would divide by zero)."""
+        if self._model is None and any(self._docs):
             self._model = BM25Okapi(self._docs, k1=K1, b=B, epsilon=EPSILON)
+        return self._model
 
     def scores(self, query: list[str]) -> np.ndarray:
-        if self._model is None:
+        model = self._built()
+        if model is None:
             return np.zeros(len(self._docs))
-        return np.asarray(self._model.get_scores(query), dtype=np.float64)
+        return np.asarray(model.get_scores(query), dtype=np.float64)
 
     def ceiling(self, query: list[str]) -> float:
         """The score a document would reach by holding every query term (see `score_ceiling`)."""
@@ -91,7 +102,8 @@ class RankBM25:
 
     def idf(self) -> dict[str, float]:
         """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
-        return self._model.idf if self._model else {}
+        model = self._built()
+        return model.idf if model else {}
 
 
 class SparseBM25:
@@ -214,12 +226,25 @@ class UnitIndex:
         self.dimension, self.lexical_kind = dimension, lexical
         self.units: list = []
         self.tokens: list[list[str]] = []  # what BM25 indexes of each unit, saved with the table (tokenizing is slow)
+        self._units_with: Counter[str] | None = None  # see `units_with`: counted on first use, then kept up to date
         self.alive = np.zeros(0, dtype=bool)
         self.lexical = make_lexical(lexical, expected_size)
         self.dense = DenseIndex(dimension)
 
     def __len__(self) -> int:
         return int(self.alive.sum())
+
+    @property
+    def units_with(self) -> Counter[str]:
+        """How many units hold each token, forgotten units included (what linking weighs terms by; a writer's
+        copies keep it up to date, so that a commit does not count the whole index again)."""
+        if self._units_with is None:
+            self._units_with = Counter(chain.from_iterable(map(set, self.tokens)))
+        return self._units_with
+
+    def nbytes(self) -> int:
+        """About how much memory the index holds: its vectors, and `BYTES_PER_TOKEN` per token of its units."""
+        return 4 * self.dimension * self.dense.index.ntotal + BYTES_PER_TOKEN * sum(map(len, self.tokens))
 
     def add(self, units: list, vectors: np.ndarray, tokens: list[list[str]] | None = None) -> None:
         """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order; `tokens` are
@@ -228,6 +253,8 @@ class UnitIndex:
         tokens = tokens if tokens is not None else [unit_tokens(u) for u in units]
         self.units.extend(units)
         self.tokens.extend(tokens)
+        if self._units_with is not None:
+            self._units_with.update(chain.from_iterable(map(set, tokens)))
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
         self.lexical.add(tokens)
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
@@ -263,10 +290,12 @@ class UnitIndex:
         index.units, index.alive = units, np.ones(len(units), dtype=bool)
         try:
             index.lexical.add(tokens)
+            index.lexical.idf()  # built now: an unhashable word fails here, not in a search
         except TypeError:  # an unhashable "word": damaged lists
             tokens = [unit_tokens(u) for u in units]
             index.lexical = make_lexical(lexical, len(units))
             index.lexical.add(tokens)
+            index.lexical.idf()
         index.tokens = tokens
         index.dense.add(np.frombuffer(vectors, dtype="<f4").reshape(len(rows), dimension), rows)
         return index
@@ -284,6 +313,12 @@ class UnitIndex:
         fresh = UnitIndex(self.dimension, self.lexical_kind, len(live))
         fresh.units, fresh.alive = [self.units[r] for r in live], np.ones(len(live), dtype=bool)
         fresh.tokens = [self.tokens[r] for r in live]
+        if self._units_with is not None:  # less the forgotten units' tokens: cheaper than counting again
+            fresh._units_with = counts = self._units_with.copy()
+            for term in chain.from_iterable(set(self.tokens[r]) for r in np.flatnonzero(~self.alive)):
+                counts[term] -= 1
+                if not counts[term]:
+                    del counts[term]
         fresh.lexical.add(fresh.tokens)
         keep = self.alive[self.dense.rows]
         fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())

@@ -170,6 +170,11 @@ class Memory:
         generation = self.generations.current
         return generation.index or UnitIndex(self._dimension(), self.lexical)
 
+    def nbytes(self) -> int:
+        """About how much memory this object holds for the user: its loaded index (`UnitIndex.nbytes`)."""
+        index = self.generations.current.index
+        return index.nbytes() if index is not None else 0
+
     def refresh(self) -> None:
         """Catch up with what other writers (processes, or other `Memory` objects) committed. Cheap when
         nothing changed: one read of the manifest. Called by `search` and `session_ids`."""
@@ -684,8 +689,7 @@ def _notes_from(data: object, n_turns: int) -> dict[int, list[str]]:
     return notes
 
 
-SHARED_MEMORIES = 128  # users whose loaded index a process keeps (least recently used first out)
-_shared: OrderedDict[tuple, Memory] = OrderedDict()
+_shared: OrderedDict[tuple, Memory] = OrderedDict()  # the users a process keeps loaded, least recently used first
 _shared_lock = threading.Lock()
 
 
@@ -693,8 +697,12 @@ def open_memory(user_id: str, *, store=None, chat_model=None, embeddings=None, b
                 l0_mode: str | None = None) -> Memory:
     """A user's `Memory`, opened once per process and shared (a server's runs for one user reuse its loaded
     index; `Memory.search` reloads it only when another writer committed a new generation). Unset options are
-    resolved by `Settings`, as `Memory` resolves them."""
+    resolved by `Settings`, as `Memory` resolves them.
+
+    The users kept loaded take at most Settings' `cache_mb` together (``APDMEM_CACHE_MB``, by `Memory.nbytes`): the
+    least recently used are dropped whole beyond it; the user just opened is kept, however large."""
     settings = Settings(store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url, l0_mode=l0_mode)
+    budget = _megabytes(settings.cache_mb)
     store, chat_model, embeddings, base_url = settings.store, settings.chat_model, settings.embeddings, settings.base_url
     key = (_identity(store), check_id(user_id, "user"), _identity(chat_model), _identity(embeddings), base_url, settings.l0_mode)
     with _shared_lock:
@@ -702,10 +710,22 @@ def open_memory(user_id: str, *, store=None, chat_model=None, embeddings=None, b
         if memory is None:
             memory = _shared[key] = Memory(user_id, store=store, chat_model=chat_model, embeddings=embeddings, base_url=base_url,
                                            l0_mode=settings.l0_mode)
-            while len(_shared) > SHARED_MEMORIES:
-                _shared.popitem(last=False)
         _shared.move_to_end(key)
+        held = sum(m.nbytes() for m in _shared.values())
+        while held > budget and len(_shared) > 1:
+            held -= _shared.popitem(last=False)[1].nbytes()
         return memory
+
+
+def _megabytes(value: object) -> int:
+    """`cache_mb` in bytes; a ConfigError naming the setting when it is not a number of megabytes."""
+    try:
+        megabytes = float(value)
+    except (TypeError, ValueError):
+        megabytes = -1.0
+    if not megabytes >= 0:
+        raise ConfigError(f"cache_mb (APDMEM_CACHE_MB) must be a number of megabytes, got {value!r}")
+    return int(megabytes * 2**20)
 
 
 def _identity(model) -> object:
