@@ -7,6 +7,11 @@
   writes them; without one (the embedded default, ``chat_model="local"``), or when the model fails, they are
   extractive: sentences of the session itself (L1: the user's own salient sentences; L2: each turn's
   sentences), so nothing a model invented is ever presented as the user's memory.
+
+Each L1 fact and L2 note carries, beside its words, the dates its time expressions name, resolved against the
+session's date ("I went to a support group yesterday. [yesterday = 7 May 2023]", `time_expressions.dated`), so
+whoever reads the evidence (the answer model, the extractive reply, an agent) is told the date, not left to work
+it out.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from tqdm.auto import tqdm
 
 from apdmem import prompts
 from apdmem.memory.records import ROLES, Session, Turn, Unit, Usage
+from apdmem.memory.time_expressions import dated
 from apdmem.models import ask_structured
 
 LAYERS = ("L0", "L1", "L2", "L3")
 TURN_CHARS = 2_000  # per turn in construction prompts: keeps a window well inside small context windows
 MAX_FACTS = 25
 FACT_CHARS = 300  # an extractive L1 fact is one sentence of at most this length
+# What L1 and L2 hold, by version of their builder: a cache written by another version is stale and rebuilt.
+# 2: each fact and note carries the dates its time expressions name (`time_expressions.dated`).
+LAYER_BUILDER = "layers-2"
 
 
 class WindowSummary(BaseModel):
@@ -171,7 +180,7 @@ def extract_facts(session: Session, model, usage: Usage) -> list[str]:
     when it fails, the user's own salient sentences (`key_sentences`)."""
     out = ask_structured(model, KeyFacts, _session_prompt(prompts.L1_FACTS, session, range(len(session.turns))), usage)
     facts = [one_line(f) for f in (out.facts if out else []) if f.strip()][:MAX_FACTS]
-    return facts or key_sentences(session)
+    return with_dates(session, facts or key_sentences(session))
 
 
 def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None = None, *, concurrency: int = 1) -> dict[int, list[str]]:
@@ -180,7 +189,7 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
     sentences (`turn_sentences`); so are those of turns the model skips or fails on, so no turn is lost."""
     wanted = list(range(len(session.turns))) if turns is None else sorted(set(turns))
     if model is None:
-        return {index: turn_sentences(session.turns[index]) for index in wanted}
+        return {index: with_dates(session, turn_sentences(session.turns[index])) for index in wanted}
     chunks = [wanted[i : i + 4] for i in range(0, len(wanted), 4)]
     spent = [Usage() for _ in chunks]
 
@@ -199,7 +208,12 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
     with ContextThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(run, range(len(chunks))))
     usage.merge_concurrent(spent, workers)
-    return {t: n for notes in results for t, n in notes.items()}
+    return {t: with_dates(session, n) for notes in results for t, n in notes.items()}
+
+
+def with_dates(session: Session, texts: list[str]) -> list[str]:
+    """Facts or notes, each with the dates its time expressions name beside it (`time_expressions.dated`)."""
+    return [dated(text, session.date.date()) for text in texts]
 
 
 # --- Extractive L1 and L2: sentences of the session itself ------------------------------------------------

@@ -10,17 +10,17 @@
 from __future__ import annotations
 
 from apdmem import prompts
-from apdmem.memory.layers import one_line, sentences
 from apdmem.memory.records import Usage
 from apdmem.nodes.common import annotate, open_memory, usage_update
 from apdmem.nodes.notes import generate
+from apdmem.nodes.quotes import beside, verbatim_sentences
+from apdmem.nodes.reckon import COMPUTED
 
 NOT_FOUND = "I don't have that information from our past conversations."
 QUOTED = "From your conversations (quoted, no model wrote this):"
 UNCLEAR = "The closest I found in your conversations (quoted, no model wrote this; it may not answer the question):"
 QUOTES = 3  # most sentences quoted
 RELEVANT = 0.0  # cross-encoder logit above which a sentence answers the question (ms-marco: relevant > 0)
-MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -33,6 +33,8 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
                                        notes=state.get("notes", ""), draft=draft or "(none)")
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
+    if reply is None and state.get("reckoning"):  # a temporal or counting question, computed (`nodes.reckon`)
+        reply = f"{COMPUTED}\n{state['reckoning']}"
     if reply is None:
         reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                    settings.reranker())
@@ -52,32 +54,4 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
     scores = reranker.score([(question, sentence) for sentence, _, _ in quotes])
     ranked = sorted(zip(scores, quotes), key=lambda pair: -pair[0])[:QUOTES]
     heading = QUOTED if ranked[0][0] > RELEVANT else UNCLEAR
-    return "\n".join([heading, *(f'- {date[:10]}, {speaker}: "{sentence}"' for _, (sentence, date, speaker) in ranked)])
-
-
-def verbatim_sentences(evidence: list, memory) -> list[tuple[str, str, str]]:
-    """(sentence, session date, speaker) for every disclosed sentence of MIN_WORDS or more that is written word
-    for word in a turn of its session (in the disclosed turn, when the evidence names one), each once. A note
-    or fact a model wrote is not a quote and is left out."""
-    found: dict[str, tuple[str, str, str]] = {}
-    for item in evidence:
-        session = memory.session(item["session_id"])
-        turns = [item["turn"]] if item["turn"] is not None else range(len(session.turns))
-        texts = {i: one_line(session.turns[i].content) for i in turns if 0 <= i < len(session.turns)}
-        for sentence in sentences(_without_speaker(item)):
-            if len(sentence.split()) < MIN_WORDS or sentence in found:
-                continue
-            where = next((i for i, text in texts.items() if sentence in text), None)
-            if where is not None:
-                turn = session.turns[where]
-                speaker = f"{turn.speaker} said" if turn.speaker else "you said" if turn.role == "user" else f"the {turn.role} said"
-                found[sentence] = (sentence, item["date"], speaker)
-    return list(found.values())
-
-
-def _without_speaker(item) -> str:
-    """An evidence text without the "role: " prefix that L3 reads put before each message."""
-    text = item["text"]
-    if item["layer"] == "L3":
-        return text.partition(": ")[2]
-    return text
+    return "\n".join([heading, *(f'- {date[:10]}, {speaker}: "{sentence}"{beside(sentence, date)}' for _, (sentence, date, speaker) in ranked)])

@@ -85,9 +85,9 @@ def events(question: str) -> list[str]:
     ['How many days passed between the day I moved', 'How many days passed between the day I adopted a cat']
     """
     question = " ".join(question.split())
-    if match := _CHOICE.match(question):
-        options = [o for o in re.split(r"\s*,\s*(?:or\s+)?|\s+or\s+", match["options"]) if o and o.lower() != "not"]
-        found = [f"{match['frame']} {o}" for o in options] if len(options) > 1 else []
+    if _CHOICE.match(question):
+        frame, options = choices(question)
+        found = [f"{frame} {o}" for o in options] if len(options) > 1 else []
     elif match := _BETWEEN.match(question):
         found = [f"{match['frame']} {e}" for e in _pair(match["pair"])]
     elif match := _OFFSET.match(question):
@@ -99,6 +99,18 @@ def events(question: str) -> list[str]:
     else:
         found = _items(question)
     return list(dict.fromkeys(q.strip() for q in found if usable(q.strip(), question) and _names_something(q)))
+
+
+def choices(question: str) -> tuple[str, list[str]]:
+    """The frame and the options of a choice question ("Which did I do first, X or Y?"); ("", []) for another.
+
+    >>> choices("Who became a parent first, Rachel or Alex?")
+    ('Who became a parent first', ['Rachel', 'Alex'])
+    """
+    match = _CHOICE.match(" ".join(question.split()))
+    if not match:
+        return "", []
+    return match["frame"], [o for o in re.split(r"\s*,\s*(?:or\s+)?|\s+or\s+", match["options"]) if o and o.lower() != "not"]
 
 
 # Words of an interval question's frame: a part made of them alone ("How old was I") names no event.
