@@ -9,8 +9,9 @@
   items the opened sessions tell of, one line each, and how many.
 
 An event's quote is the sentence a person said (not a model assistant) that the cross-encoder finds most
-relevant to the event's sub-query (`decompose.events`; the question itself for a single event), above DATED. Its
-day is the one the sentence names ("yesterday", `quotes.said_dates`), else its session's date. When the evidence
+relevant to the event's sub-query (`decompose.events`; the question itself for a single event), above TELLS. Its
+day is the one the sentence names ("yesterday", `quotes.said_dates`; the first day of a period it names), else
+its session's date. When the evidence
 dates only some of the events, the reckoning says which it could not date rather than guess.
 
 The reckoning is written once, by `synthesize_notes` (`reckoning` in the state): the answer model reads it in the
@@ -24,20 +25,21 @@ from dataclasses import dataclass
 from datetime import date
 
 from apdmem.memory.index import tokenize
-from apdmem.memory.time_expressions import NUMBERS, add_months, resolve_relative_dates, spoken
+from apdmem.memory.time_expressions import NUMBERS, DateHint, add_months, resolve_relative_dates, spoken
 from apdmem.nodes.common import question_today
 from apdmem.nodes.decompose import choices, events
-from apdmem.nodes.quotes import said_dates, verbatim_sentences
+from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
-DATED = 0.0  # cross-encoder logit above which a sentence is taken to tell of the event (ms-marco: relevant > 0)
 SAME_ITEM = 0.5  # share of content words two sentences have in common when they tell of the same item
-# Cross-encoder logit above which a session's best sentence tells of an item a count question asks for: lower than
-# DATED, since a sentence tells of one item of a class the question names ("I went to the Guggenheim" for "museums
-# I visited"). On the count questions of the 151 dev questions, the best sentence of an evidence session scores
-# above -5 four times in five (median 1.0), that of a session of the same history without evidence below -9.6
-# nine times in ten.
-ITEM = -5.0
+# Cross-encoder logit above which a sentence is taken to tell of an event or of an item a count asks for. Below
+# ms-marco's "relevant" (0): a sentence tells of an event in its own words ("I accepted an offer as a data analyst"
+# for "the day I accepted the job offer": -1.75), or of one item of a class the question names ("I went to the
+# Guggenheim" for "museums I visited"). On the 151 dev questions (user sentences of the evidence sessions against
+# three other sessions of the same history): for the events of the temporal questions, the best evidence sentence
+# scores above -5 nine times in ten (median 4.3), the best other one below -9 nine times in ten; for the count
+# questions, above -5 four times in five (median 1.0), and below -9.6.
+TELLS = -5.0
 
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _DURATION = re.compile(rf"^(?:how (?:many|much) {_UNIT}\b|how long\b)", re.I)
@@ -64,17 +66,30 @@ _NUMBER = re.compile(rf"^(?:\d+|{'|'.join(w for w in NUMBERS if ' ' not in w and
 
 @dataclass(frozen=True)
 class Told:
-    """A quote that tells of an event, and the day it places the event on."""
+    """A quote that tells of an event, and when it places the event: the first date its words name ("24 February
+    to 25 February 2024" for "last weekend"), else the day it was said."""
 
     sentence: str
     session_date: str
     speaker: str
-    day: date
+
+    @property
+    def named(self) -> DateHint | None:
+        hints = said_dates(self.sentence, self.session_date)
+        return hints[0] if hints else None
+
+    @property
+    def day(self) -> date:
+        """The day of the event: the day its words name, else the first of the period they name, else the day
+        it was said."""
+        return self.named.start if self.named else date.fromisoformat(self.session_date[:10])
+
+    def when(self) -> str:
+        return self.named.spoken() if self.named else spoken(self.day)
 
     def line(self) -> str:
         said = date.fromisoformat(self.session_date[:10])
-        on = "" if said == self.day else f" on {spoken(said)}"
-        return f'{spoken(self.day)}, {self.speaker}{on}: "{self.sentence}"'
+        return f'{spoken(said)}, {self.speaker}: "{self.sentence}"{beside(self.sentence, self.session_date)}'
 
 
 def kind(question: str) -> str | None:
@@ -135,12 +150,12 @@ def _events(question: str, asked: str) -> list[tuple[str, str]]:
 
 
 def told_of(query: str, quotes: list[tuple[str, str, str]], reranker, besides: set[str] = frozenset()) -> Told | None:
-    """The quote most relevant to `query` (above DATED), but none in `besides`, with the day it names."""
+    """The quote most relevant to `query` (above TELLS), but none in `besides`."""
     pool = [q for q in quotes if q[0] not in besides]
     if not pool:
         return None
     score, (sentence, session_date, speaker) = max(zip(relevance(query, pool, reranker), pool), key=lambda p: p[0])
-    return Told(sentence, session_date, speaker, day_of(sentence, session_date)) if score > DATED else None
+    return Told(sentence, session_date, speaker) if score > TELLS else None
 
 
 def relevance(query: str, quotes: list[tuple[str, str, str]], reranker) -> list[float]:
@@ -160,17 +175,11 @@ def _name(speaker: str) -> str:
     return "" if name == "you" or name.startswith("the ") else f"{name}: "
 
 
-def day_of(sentence: str, session_date: str) -> date:
-    """The day a sentence names ("yesterday"), else the day it was said."""
-    days = [h.point for h in said_dates(sentence, session_date) if h.point]
-    return days[0] if days else date.fromisoformat(session_date[:10])
-
-
 def figure(question: str, asked: str, told: list[tuple[str, Told]], today: date) -> str:
     """The computed answer: a date, the option dated first (or last), or a duration in the unit asked."""
     days = [quote.day for _, quote in told]
     if asked == "date":
-        return spoken(days[0])
+        return told[0][1].when()
     if asked == "order":
         pick = max if _LAST.search(question) and not _FIRST.search(question) else min
         firsts = [label for label, quote in told if quote.day == pick(days)]
@@ -211,22 +220,22 @@ def _plural(n: int, unit: str) -> str:
 
 def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_ranges: list[list[str]]) -> str:
     """The distinct items the quotes tell of: of each session, its sentence most relevant to the question (above
-    ITEM), dated within the question's date ranges when it names some; a sentence that says mostly what an
+    TELLS), dated within the question's date ranges when it names some; a sentence that says mostly what an
     earlier one said (SAME_ITEM of its content words) is the same item, counted once. One line each, oldest
     first, under their number; "" for fewer than two items. When an item states a number of what is counted
     ("I have 3 bikes"), the lines are listed without a count of them."""
     scores = relevance(question, quotes, reranker)
     best: dict[str, tuple[float, tuple[str, str, str]]] = {}
     for score, quote in zip(scores, quotes):
-        if score > ITEM and score > best.get(quote[1], (ITEM, None))[0]:
+        if score > TELLS and score > best.get(quote[1], (TELLS, None))[0]:
             best[quote[1]] = (score, quote)
     items: list[Told] = []
-    for _, (sentence, session_date, speaker) in sorted(best.values(), key=lambda pair: pair[1][1]):
-        day = day_of(sentence, session_date)
-        if date_ranges and not any(start <= f"{day}" <= end for start, end in date_ranges):
+    for _, quote in sorted(best.values(), key=lambda pair: pair[1][1]):
+        item = Told(*quote)
+        if date_ranges and not any(start <= f"{item.day}" <= end for start, end in date_ranges):
             continue
-        if not any(_same_item(sentence, other.sentence) for other in items):
-            items.append(Told(sentence, session_date, speaker, day))
+        if not any(_same_item(item.sentence, other.sentence) for other in items):
+            items.append(item)
     if len(items) < 2:
         return ""  # one session's sentence: the quotes answer as they are, there is nothing to gather
     lines = [f"- {item.line()}" for item in items]
