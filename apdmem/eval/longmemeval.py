@@ -13,6 +13,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -67,6 +68,7 @@ class EvalSettings:
     disclosure_only: bool = False  # stop when disclosure ends: no notes, answer or judge
     eager_l1: bool = False  # build L1 of every session at ingestion
     cache: Path = Path("reports/longmemeval/memory")
+    llm_judge: bool = True  # off: no verdict (benchmarks/answers.py scores replies without a model)
 
     def __post_init__(self) -> None:
         if self.ablation not in ABLATIONS:
@@ -77,7 +79,7 @@ class EvalSettings:
         self.cache = Path(self.cache) / _slug(f"{self.l0_mode}-{model}-{self.embeddings}")
         self.deployment = Settings(chat_model=self.chat_model, controller_model=self.controller_model,
                                    generator_model=self.generator_model, embeddings=self.embeddings, base_url=self.base_url)
-        self.judge = get_chat_model(self.judge_model or self.chat_model, self.base_url)
+        self.judge = get_chat_model(self.judge_model or self.chat_model, self.base_url) if self.llm_judge else None
 
 
 def answer_item(item, settings: EvalSettings) -> dict:
@@ -90,15 +92,7 @@ def answer_item(item, settings: EvalSettings) -> dict:
     if settings.eager_l1:
         memory.build_facts()
     ingest_s = time.perf_counter() - started
-    from apdmem.graph.builder import build_graph  # here: the command line lists this module's options without LangGraph
-
-    graph = build_graph(settings=settings.deployment, memory=memory)
-    context = Context(user_id=item.question_id, tmax=settings.tmax, top_k=settings.top_k, drill_width=settings.drill_width,
-                      **settings.overrides)
-    inputs = {"question": item.question, "question_date": item.question_date.isoformat()}
-    started = time.perf_counter()
-    final = disclose(graph, inputs, context) if settings.disclosure_only else graph.invoke(inputs, context=context)
-    latency = time.perf_counter() - started
+    final, latency = ask(memory, item.question, item.question_date, settings)
     judge_usage, verdict, reply = Usage(), None, final.get("answer", "")
     if not settings.disclosure_only:
         verdict = judge(settings.judge, question_type=item.question_type, question=item.question, answer=item.answer,
@@ -114,6 +108,20 @@ def answer_item(item, settings: EvalSettings) -> dict:
         "online_usage": final.get("usage", {}), "offline_usage": memory.manifest.get("construction_usage", {}),
         "judge_usage": vars(judge_usage), "latency_s": latency, "ingest_s": ingest_s,
     }
+
+
+def ask(memory: Memory, question: str, question_date: datetime, settings: EvalSettings) -> tuple[dict, float]:
+    """The graph's final state for one question on `memory` (the state when disclosure ends, with
+    `disclosure_only`), and the seconds the graph took."""
+    from apdmem.graph.builder import build_graph  # here: the command line lists this module's options without LangGraph
+
+    graph = build_graph(settings=settings.deployment, memory=memory)
+    context = Context(user_id=memory.user_id, tmax=settings.tmax, top_k=settings.top_k, drill_width=settings.drill_width,
+                      **settings.overrides)
+    inputs = {"question": question, "question_date": question_date.isoformat()}
+    started = time.perf_counter()
+    final = disclose(graph, inputs, context) if settings.disclosure_only else graph.invoke(inputs, context=context)
+    return final, time.perf_counter() - started
 
 
 def disclose(graph, inputs: dict, context) -> dict:
