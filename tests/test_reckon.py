@@ -133,3 +133,13 @@ def test_the_graph_computes_an_interval_and_the_notes_carry_it(make_memory, hist
     final, _ = run_graph("Which mountain did I hike with my sister?", Context(), "2024/06/01 (Sat) 10:00", memory=memory)
     assert final["answer"].startswith(QUOTED) and not final["reckoning"]
     assert '"Last weekend my sister Maya and I hiked up Mount Rainier to Camp Muir." (24 February to 25 February 2024)' in final["answer"]
+
+
+def test_an_order_the_conversation_date_alone_cannot_tell(reranker):
+    rachel = ("My sister-in-law Rachel is doing great with her newborn twins.", "2023-03-17T10:00:00", "you said")
+    alex = ("My cousin Alex adopted a baby girl from China.", "2023-03-17T10:00:00", "you said")
+    question = "Who became a parent first, Rachel or Alex?"
+    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith(
+        "not dated apart (both told of on 17 March 2023) — ")
+    alex = ("My cousin Alex adopted a baby girl from China in January.", "2023-03-17T10:00:00", "you said")
+    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith("Alex (first) — ")

@@ -82,6 +82,13 @@ CASES = [
     (MON, "We went to Maine last summer.", "last summer", "1 June to 31 August 2022"),
     (MON, "I'm taking a pottery class this summer.", "this summer", "1 June to 31 August 2023"),
     (DEC, "I learned to ski last winter.", "last winter", "1 December 2022 to 28 February 2023"),
+    # a month or a day named without a year: the next one in a sentence about the future, else this year's if begun
+    (MON, "I went to Paris in March.", "in March", "March 2023"),
+    (MON, "I'm going to Japan in April.", "in April", "April 2024"),
+    (MON, "I'll fly to Tokyo on June 12.", "June 12", "12 June 2023"),
+    (MON, "We celebrated on the 3rd of March.", "the 3rd of March", "3 March 2023"),
+    (date(2023, 3, 10), "I've been starting seeds indoors since February 20th.", "February 20th", "20 February 2023"),
+    (date(2023, 3, 10), "I volunteered at the fundraising dinner back in February.", "in February", "February 2023"),
     # case does not matter
     (MON, "YESTERDAY was my birthday.", "YESTERDAY", "7 May 2023"),
 ]
@@ -92,7 +99,8 @@ UNRESOLVED = [
     (MON, "We met a couple of weeks ago."),
     (MON, "I tried it several months ago."),
     (MON, "I'll see the dentist on Tuesday."),  # last Tuesday or the coming one?
-    (MON, "I went to Paris in March."),  # which March?
+    (MON, "The concert is on June 12."),  # this June or last?
+    (MON, "My cousin's wedding is in August."),
     (MON, "My sister visits next weekend."),  # the coming weekend or the one after?
     (MON, "I read the whole series in three weeks."),  # a duration, not a day ahead
     (MON, "In 2 days we were done."),

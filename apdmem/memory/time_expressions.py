@@ -8,9 +8,11 @@ Two readers share the calendar rules:
 - a sentence of a session ("I went to a support group yesterday") is resolved against the session's date
   (`resolve_said`, read where L1 and L2 are built, `apdmem.memory.layers`): strict, since the date is shown to
   the user as a fact. Only what a calendar places without a guess is resolved: "a few days ago", "on Tuesday"
-  (past or coming?), "in March" (which year?), "next weekend" (this one or the one after?) stay unresolved, and
-  "in three weeks" is a date only in a sentence about the future ("I'll fly out in three weeks"; "I read it in
-  three weeks" is a duration).
+  (past or coming?), "next weekend" (this one or the one after?) stay unresolved; "in three weeks" is a date only
+  in a sentence about the future ("I'll fly out in three weeks"; "I read it in three weeks" is a duration); a
+  month or a day named without a year ("in March", "on June 12") is the next one in a sentence about the future,
+  this year's when it has begun, and unresolved when it is still ahead in a sentence that is not (this June or
+  last?).
 
 `dated` writes a sentence's resolutions beside it, `[yesterday = 7 May 2023]`, and `undated` takes them off.
 """
@@ -143,13 +145,36 @@ def _rules(today: date, mode: str):
     def point(d: date) -> tuple[date, date]:
         return d, d
 
-    def written(month: str, day: str, year: str | None) -> tuple[date, date]:
-        """A date written without a year is the latest one not after today."""
+    def written(m, month: str, day: str, year: str | None) -> tuple[date, date]:
+        """A date written without a year is, in a question, the latest one not after today; in a memory, see
+        `year_said`. A memory's date written with its year needs nothing beside it."""
         month_number, day_number = MONTHS.index(month.lower()) + 1, int(day)
         if year:
+            if mode == SAID:
+                raise Vague(m.group(0))
             return point(date(int(year), month_number, day_number))
+        if mode == SAID:
+            in_year = lambda y: date(y, month_number, day_number)  # noqa: E731
+            return point(in_year(year_said(m, in_year, in_year)))
         this_year = date(today.year, month_number, day_number)
         return point(this_year if this_year <= today else date(today.year - 1, month_number, day_number))
+
+    def year_said(m, first_day, last_day) -> int:
+        """The year of a day or month a sentence names without one ("on March 3rd", "in June"; `first_day` and
+        `last_day` give its range in a year): in a sentence about the future, the next one; else this year's,
+        when it has begun ("I went to Paris in March", said in May). One still ahead in a sentence not about
+        the future ("the concert is on June 12", said in May: this June or last?) stays unresolved."""
+        if _FUTURE.search(m.string):
+            return today.year if last_day(today.year) >= today else today.year + 1
+        if first_day(today.year) > today:
+            raise Vague(m.group(0))
+        return today.year
+
+    def month_said(m, name: str) -> tuple[date, date]:
+        """ "in March", "back in March", "early March" in a memory: the month of `year_said`."""
+        number = MONTHS.index(name.lower()) + 1
+        start = date(year_said(m, lambda y: date(y, number, 1), lambda y: add_months(date(y, number, 1), 1) - timedelta(days=1)), number, 1)
+        return start, add_months(start, 1) - timedelta(days=1)
 
     def whole_month(name: str, year: str | None) -> tuple[date, date]:
         start = date(int(year), MONTHS.index(name.lower()) + 1, 1) if year else month_named(name.lower(), "in")[0]
@@ -191,12 +216,13 @@ def _rules(today: date, mode: str):
         (rf"(last|in|this|during|since|early|late) ({'|'.join(MONTHS)})\b(?! \d)", lambda m: (
             (month_named(m[2].lower(), m[1].lower())[0], today) if m[1].lower() == "since" else month_named(m[2].lower(), m[1].lower())),
          question),
+        (rf"(?:in|during|early|late|early in|late in) ({'|'.join(MONTHS)})\b(?! \d)", lambda m: month_said(m, m[1]), (SAID,)),
         # Dates written out: "March 3rd", "May 20, 2023", "the 3rd of March", "the month of February 2023", "in 2022".
-        (rf"({'|'.join(MONTHS)}) (\d{{1,2}})(?:st|nd|rd|th)?(?:,? ((?:19|20)\d\d))?", lambda m: written(m[1], m[2], m[3]), question),
+        (rf"({'|'.join(MONTHS)}) (\d{{1,2}})(?:st|nd|rd|th)?(?:,? ((?:19|20)\d\d))?", lambda m: written(m, m[1], m[2], m[3]), both),
         # Day first only after "the"/"on" or before a year: "3 May tickets" is no date.
         (rf"(?:(?:the|on) (\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({'|'.join(MONTHS)})(?:,? ((?:19|20)\d\d))?"
          rf"|(\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({'|'.join(MONTHS)}),? ((?:19|20)\d\d))",
-         lambda m: written(m[2] or m[5], m[1] or m[4], m[3] or m[6]), question),
+         lambda m: written(m, m[2] or m[5], m[1] or m[4], m[3] or m[6]), both),
         (rf"(?:the )?month of ({'|'.join(MONTHS)})(?:,? ((?:19|20)\d\d))?", lambda m: whole_month(m[1], m[2]), question),
         (rf"(?:in|during) ({'|'.join(MONTHS)}),? ((?:19|20)\d\d)", lambda m: whole_month(m[1], m[2]), question),
         (r"(?:in|during) ((?:19|20)\d\d)", lambda m: (date(int(m[1]), 1, 1), date(int(m[1]), 12, 31)), question),

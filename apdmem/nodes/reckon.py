@@ -182,8 +182,10 @@ def figure(question: str, asked: str, told: list[tuple[str, Told]], today: date)
         return told[0][1].when()
     if asked == "order":
         pick = max if _LAST.search(question) and not _FIRST.search(question) else min
-        firsts = [label for label, quote in told if quote.day == pick(days)]
-        return "the same day" if len(firsts) > 1 else f"{firsts[0]} ({'last' if pick is max else 'first'})"
+        tied = [quote for _, quote in told if quote.day == pick(days)]
+        if len(tied) > 1:  # the same day named, or only the same conversation's date: no order to tell
+            return "the same day" if all(q.named for q in tied) else f"not dated apart (both told of on {spoken(tied[0].day)})"
+        return f"{next(label for label, quote in told if quote is tied[0])} ({'last' if pick is max else 'first'})"
     start, end = (days[0], today) if len(days) == 1 else (min(days), max(days))
     unit = (_DURATION.match(" ".join(question.split()))["unit"] or "").lower()
     return duration(start, end, unit) + (" ago" if len(days) == 1 and re.search(r"\bago\b", question, re.I) else "")
