@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import date
 
 from apdmem.memory.index import tokenize
@@ -73,7 +74,7 @@ class Told:
     session_date: str
     speaker: str
 
-    @property
+    @cached_property
     def named(self) -> DateHint | None:
         hints = said_dates(self.sentence, self.session_date)
         return hints[0] if hints else None
@@ -124,8 +125,11 @@ def reckoning(question: str, today: str, quotes: list[tuple[str, str, str]], rer
         return ""
     if asked == "count":
         return count(question, people, reranker, date_ranges or [])
+    named = _events(question, asked)
+    if asked == "duration" and len(named) == 1 and not _AGO.search(question):
+        return ""  # "how long had I been A?" with no second event: nothing to measure from
     told: list[tuple[str, Told | None]] = []
-    for label, query in _events(question, asked):  # two events are two sentences: a later one takes its next best
+    for label, query in named:  # two events are two sentences: a later one takes its next best
         told.append((label, told_of(query, people, reranker, besides={q.sentence for _, q in told if q})))
     dated = [quote for _, quote in told if quote is not None]
     missing = [label for label, quote in told if quote is None]
@@ -134,8 +138,6 @@ def reckoning(question: str, today: str, quotes: list[tuple[str, str, str]], rer
     if missing:
         return (f"Only part of this is dated in what I read: nothing I read dates "
                 f"{', '.join(f'“{label}”' for label in missing)}. " + "; ".join(q.line() for q in dated))
-    if asked == "duration" and len(told) == 1 and not _AGO.search(question):
-        return ""  # "how long had I been A?" with no second event: nothing to measure from
     return f"{figure(question, asked, told, date.fromisoformat(today[:10]))} — " + "; ".join(q.line() for q in dated)
 
 
