@@ -9,7 +9,7 @@ from graph_helpers import clean_environment, run_graph
 from apdmem.graph import Context
 from apdmem.models import get_reranker
 from apdmem.nodes.answer import QUOTED
-from apdmem.nodes.reckon import COMPUTED, duration, kind, reckoning
+from apdmem.nodes.reckon import COMPUTED, UNDATED, duration, kind, reckoning
 
 
 @pytest.fixture(autouse=True)
@@ -69,30 +69,33 @@ def test_durations_in_the_unit_asked():
 
 def test_a_date_is_the_day_the_words_name(reranker):
     reply = reckoning("When did Caroline go to the support group?", "2023-05-30", QUOTES, reranker)
-    assert reply == '7 May 2023 — 8 May 2023, Caroline said: "I went to a support group yesterday." (7 May 2023)'
+    assert reply == f'{COMPUTED}\n7 May 2023 — 2023-05-08, Caroline said: "I went to a support group yesterday." (7 May 2023)'
+    # Words that name no date: the day it was told of, said as such.
+    reply = reckoning("When did I sign a contract with my first client?", "2023-05-30", QUOTES, reranker)
+    assert reply.startswith(f"{COMPUTED}\ntold of on 21 March 2023 — 2023-03-21, you said: ")
 
 
 def test_a_duration_between_two_events_and_since_one(reranker):
     between = ("How many days passed between the day I launched my website and the day I signed a contract with "
                "my first client?")
     assert reckoning(between, "2023-05-30", QUOTES, reranker) == (
-        '19 days — 2 March 2023, you said: "I launched my website today, so excited!" (2 March 2023); '
-        '21 March 2023, you said: "I just signed a contract with my first client."')
+        f'{COMPUTED}\n19 days — 2023-03-02, you said: "I launched my website today, so excited!" (2 March 2023); '
+        '2023-03-21, you said: "I just signed a contract with my first client."')
     ago = reckoning("How many weeks ago did I launch my website?", "2023-04-01", QUOTES, reranker)
-    assert ago.startswith("about 4 weeks (30 days) ago — 2 March 2023, you said: \"I launched my website")
+    assert ago.startswith(f"{COMPUTED}\nabout 4 weeks (30 days) ago — 2023-03-02, you said: \"I launched my website")
 
 
 def test_an_order_by_the_days_the_quotes_name(reranker):
     reply = reckoning("Which book did I finish reading first, 'The Hate U Give' or 'The Nightingale'?", "2023-05-30",
                       QUOTES, reranker)
-    assert reply.startswith("'The Nightingale' (first) — ")  # 9 January ("last night", said on the 10th), not 5 February
+    assert reply.startswith(f"{COMPUTED}\n'The Nightingale' (first) — ")  # 9 January ("last night", said on the 10th), not 5 February
     assert '"I finished reading \'The Nightingale\' last night." (9 January 2023)' in reply
 
 
 def test_an_event_nothing_dates_is_named_not_guessed(reranker):
     reply = reckoning("How many days passed between the day I adopted a cat and the day I launched my website?",
                       "2023-05-30", QUOTES, reranker)
-    assert reply.startswith("Only part of this is dated in what I read: nothing I read dates “the day I adopted a cat”.")
+    assert reply.startswith(f"{UNDATED}\nI cannot tell: nothing I read dates “the day I adopted a cat”. What I read dates: ")
     assert "launched my website" in reply and "days —" not in reply
 
 
@@ -100,17 +103,18 @@ def test_a_count_lists_each_item_once_within_the_question_dates(reranker):
     question = "How many different museums or galleries did I visit in the month of February?"
     reply = reckoning(question, "2023-03-05", QUOTES, reranker, [["2023-02-01", "2023-02-28"]])
     lines = reply.splitlines()
-    assert lines[0] == "2 found in what I read of your conversations (each counted once, oldest first):"
-    assert "Museum of Modern Art" in lines[1] and "Guggenheim" in lines[2] and len(lines) == 3  # the assistant's Whitney is no visit
+    assert lines[:2] == [COMPUTED, "2 found in what I read of your conversations (each counted once, oldest first):"]
+    assert "Museum of Modern Art" in lines[2] and "Guggenheim" in lines[3] and len(lines) == 4  # the assistant's Whitney is no visit
     # Without the month, the Guggenheim told of again on 4 March is still one item.
-    assert reckoning(question.replace(" in the month of February", ""), "2023-03-05", QUOTES, reranker).startswith("2 found")
+    again = reckoning(question.replace(" in the month of February", ""), "2023-03-05", QUOTES, reranker)
+    assert again.splitlines()[1].startswith("2 found")
 
 
 def test_stated_numbers_are_listed_not_counted(reranker):
     quotes = [("I have 3 bikes in the garage now.", "2023-01-05", "you said"),
               ("I bought 2 more bikes at the flea market.", "2023-03-05", "you said")]
     reply = reckoning("How many bikes did I buy or own?", "2023-05-30", quotes, reranker)
-    assert reply.startswith("What I read of your conversations says, in 2 places (numbers as said):")
+    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said):"
 
 
 def test_no_reckoning_without_a_computation_or_an_event(reranker):
@@ -126,9 +130,9 @@ def test_the_graph_computes_an_interval_and_the_notes_carry_it(make_memory, hist
     memory.ingest(history)
     question = "How many days passed between the day I adopted my beagle and the day I accepted the job offer?"
     final, _ = run_graph(question, Context(), "2024/06/01 (Sat) 10:00", memory=memory)
-    expected = ('22 days — 10 March 2024, you said: "I adopted a beagle puppy from the shelter and named her Biscuit."; '
-                '1 April 2024, you said: "I accepted an offer as a data analyst at Northwind Logistics."')
-    assert final["answer_mode"] == "extractive" and final["answer"] == f"{COMPUTED}\n{expected}"
+    expected = (f'{COMPUTED}\n22 days — 2024-03-10, you said: "I adopted a beagle puppy from the shelter and named her '
+                'Biscuit."; 2024-04-01, you said: "I accepted an offer as a data analyst at Northwind Logistics."')
+    assert final["answer_mode"] == "extractive" and final["answer"] == expected
     assert final["notes"].endswith("## Computed from the dated evidence\n" + expected)
     final, _ = run_graph("Which mountain did I hike with my sister?", Context(), "2024/06/01 (Sat) 10:00", memory=memory)
     assert final["answer"].startswith(QUOTED) and not final["reckoning"]
@@ -140,6 +144,13 @@ def test_an_order_the_conversation_date_alone_cannot_tell(reranker):
     alex = ("My cousin Alex adopted a baby girl from China.", "2023-03-17T10:00:00", "you said")
     question = "Who became a parent first, Rachel or Alex?"
     assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith(
-        "not dated apart (both told of on 17 March 2023) — ")
+        f"{UNDATED}\nI cannot tell which came first: both are told of on 17 March 2023 — ")
     alex = ("My cousin Alex adopted a baby girl from China in January.", "2023-03-17T10:00:00", "you said")
-    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith("Alex (first) — ")
+    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith(f"{COMPUTED}\nAlex (first) — ")
+
+
+def test_the_answer_benchmark_reads_a_reckoning_by_its_heading():
+    from apdmem.eval.answers import ASSERTS, HEDGED, stance
+
+    assert stance(f'{COMPUTED}\n19 days — 2023-03-02, you said: "I think I launched it today."') == ASSERTS
+    assert stance(f'{UNDATED}\nI cannot tell: nothing I read dates “the move”. What I read dates: ...') == HEDGED

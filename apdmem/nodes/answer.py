@@ -14,7 +14,6 @@ from apdmem.memory.records import Usage
 from apdmem.nodes.common import annotate, open_memory, usage_update
 from apdmem.nodes.notes import generate
 from apdmem.nodes.quotes import beside, verbatim_sentences
-from apdmem.nodes.reckon import COMPUTED
 
 NOT_FOUND = "I don't have that information from our past conversations."
 QUOTED = "From your conversations (quoted, no model wrote this):"
@@ -34,7 +33,7 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
     if reply is None and state.get("reckoning"):  # a temporal or counting question, computed (`nodes.reckon`)
-        reply = f"{COMPUTED}\n{state['reckoning']}"
+        reply = state["reckoning"]
     if reply is None:
         reply = extractive_answer(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                    settings.reranker())

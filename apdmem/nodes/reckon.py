@@ -32,7 +32,8 @@ from apdmem.nodes.decompose import choices, events
 from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
-SAME_ITEM = 0.5  # share of content words two sentences have in common when they tell of the same item
+UNDATED = "What I read of your conversations does not date it all (quoted, no model wrote this):"
+SAME_ITEM = 0.5  # share of their content words (of both together) two sentences share when they tell of one item
 # Cross-encoder logit above which a sentence is taken to tell of an event or of an item a count asks for. Below
 # ms-marco's "relevant" (0): a sentence tells of an event in its own words ("I accepted an offer as a data analyst"
 # for "the day I accepted the job offer": -1.75), or of one item of a class the question names ("I went to the
@@ -46,7 +47,7 @@ _UNIT = r"(?P<unit>day|week|month|year)s?"
 _DURATION = re.compile(rf"^(?:how (?:many|much) {_UNIT}\b|how long\b)", re.I)
 _RELATION = re.compile(r"\b(?:ago|since|between|passed|elapsed|before|after|when|been)\b", re.I)
 _AGO = re.compile(r"\b(?:ago|since)\b", re.I)
-_DATE = re.compile(r"^(?:when (?:did|was|were|do|does|is|will|had)\b|(?:on )?what (?:was |is )?the date\b|"
+_DATE = re.compile(r"^(?:when (?:did|was|were|do|does|is|will|had)\b|(?:on )?what was the date\b|"
                    r"on what (?:date|day)\b|what date\b)", re.I)
 _FIRST, _LAST = re.compile(r"\b(?:first|earlier|sooner)\b", re.I), re.compile(r"\b(?:last|later|most recently)\b", re.I)
 # The words of a question that frame the computation ("How many days passed between", "How many different"): a
@@ -58,7 +59,7 @@ _FRAME = re.compile(r"^(?:(?:how (?:many|much) (?:different |distinct |kinds of 
 _COUNT = re.compile(r"^how many\b(?! (?:days?|weeks?|months?|years?|hours?|minutes?|pages?)\b)|"
                     r"^(?:which|what)\s+(?:\w+\s+){0,3}?\w+s\s+have I\b|^list\b|\blist (?:of )?all\b", re.I)
 # A question about the current value ("How many bikes do I currently own?") asks for the latest figure, not a count.
-_LATEST = re.compile(r"\b(?:current|currently|now|still|at the moment|these days)\b", re.I)
+_LATEST = re.compile(r"\b(?:current|currently|now|still|so far|at the moment|these days)\b", re.I)
 # What a "how many" question counts: its head noun ("online courses have I" -> "courses").
 _COUNTED = re.compile(r"^how many (?:different |distinct )?(?:[\w'-]+ ){0,3}?(?P<head>[\w'-]+) "
                       r"(?:did|do|does|have|has|had|are|were|is|was|can|will|that|I)\b", re.I)
@@ -86,11 +87,12 @@ class Told:
         return self.named.start if self.named else date.fromisoformat(self.session_date[:10])
 
     def when(self) -> str:
-        return self.named.spoken() if self.named else spoken(self.day)
+        """The event's date, or, when the words name none, the day it was told of."""
+        return self.named.spoken() if self.named else f"told of on {spoken(self.day)}"
 
     def line(self) -> str:
-        said = date.fromisoformat(self.session_date[:10])
-        return f'{spoken(said)}, {self.speaker}: "{self.sentence}"{beside(self.sentence, self.session_date)}'
+        """The quote as the extractive reply shows one: its session's date, who said it, the dates it names."""
+        return f'{self.session_date[:10]}, {self.speaker}: "{self.sentence}"{beside(self.sentence, self.session_date)}'
 
 
 def kind(question: str) -> str | None:
@@ -116,11 +118,13 @@ def reckon_evidence(state, memory, reranker) -> str:
 
 def reckoning(question: str, today: str, quotes: list[tuple[str, str, str]], reranker,
               date_ranges: list[list[str]] | None = None) -> str:
-    """The computed reply to a temporal or counting question from `quotes` (`quotes.verbatim_sentences`), or ""
+    """The computed reply to a temporal or counting question from `quotes` (`quotes.verbatim_sentences`), under
+    COMPUTED (or UNDATED, when the quotes do not date every event), or ""
     when the question asks for no computation or nothing disclosed bears on it. `today` is the question's date
     (ISO); `date_ranges` the question's own (`normalize_dates`): a count keeps the items dated within them."""
     asked = kind(question)
-    people = [q for q in quotes if not q[2].startswith("the ")]  # "the assistant said": a model, not a person
+    # What people said ("the assistant said" is a model) and not asked: a question tells of no event or item.
+    people = [q for q in quotes if not q[2].startswith("the ") and not q[0].endswith("?")]
     if asked is None or not people:
         return ""
     if asked == "count":
@@ -136,9 +140,12 @@ def reckoning(question: str, today: str, quotes: list[tuple[str, str, str]], rer
     if not dated:
         return ""
     if missing:
-        return (f"Only part of this is dated in what I read: nothing I read dates "
-                f"{', '.join(f'“{label}”' for label in missing)}. " + "; ".join(q.line() for q in dated))
-    return f"{figure(question, asked, told, date.fromisoformat(today[:10]))} — " + "; ".join(q.line() for q in dated)
+        return (f"{UNDATED}\nI cannot tell: nothing I read dates {', '.join(f'“{label}”' for label in missing)}. "
+                f"What I read dates: " + "; ".join(q.line() for q in dated))
+    found = figure(question, asked, told, date.fromisoformat(today[:10]))
+    if found is None:
+        return f"{UNDATED}\nI cannot tell which came first: both are told of on {spoken(dated[0].day)} — " + "; ".join(q.line() for q in dated)
+    return f"{COMPUTED}\n{found} — " + "; ".join(q.line() for q in dated)
 
 
 def _events(question: str, asked: str) -> list[tuple[str, str]]:
@@ -177,8 +184,9 @@ def _name(speaker: str) -> str:
     return "" if name == "you" or name.startswith("the ") else f"{name}: "
 
 
-def figure(question: str, asked: str, told: list[tuple[str, Told]], today: date) -> str:
-    """The computed answer: a date, the option dated first (or last), or a duration in the unit asked."""
+def figure(question: str, asked: str, told: list[tuple[str, Told]], today: date) -> str | None:
+    """The computed answer: a date, the option dated first (or last), or a duration in the unit asked; None for
+    options the conversation's date alone puts on one day (no order to tell)."""
     days = [quote.day for _, quote in told]
     if asked == "date":
         return told[0][1].when()
@@ -186,7 +194,7 @@ def figure(question: str, asked: str, told: list[tuple[str, Told]], today: date)
         pick = max if _LAST.search(question) and not _FIRST.search(question) else min
         tied = [quote for _, quote in told if quote.day == pick(days)]
         if len(tied) > 1:  # the same day named, or only the same conversation's date: no order to tell
-            return "the same day" if all(q.named for q in tied) else f"not dated apart (both told of on {spoken(tied[0].day)})"
+            return "the same day" if all(q.named for q in tied) else None
         return f"{next(label for label, quote in told if quote is tied[0])} ({'last' if pick is max else 'first'})"
     start, end = (days[0], today) if len(days) == 1 else (min(days), max(days))
     unit = (_DURATION.match(" ".join(question.split()))["unit"] or "").lower()
@@ -244,8 +252,8 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
         return ""  # one session's sentence: the quotes answer as they are, there is nothing to gather
     lines = [f"- {item.line()}" for item in items]
     if any(_states_number(item.sentence, question) for item in items):  # "I have 3 bikes": a count is not the answer
-        return "\n".join([f"What I read of your conversations says, in {len(items)} places (numbers as said):", *lines])
-    return "\n".join([f"{len(items)} found in what I read of your conversations (each counted once, oldest first):", *lines])
+        return "\n".join([COMPUTED, f"What I read of your conversations says, in {len(items)} places (numbers as said):", *lines])
+    return "\n".join([COMPUTED, f"{len(items)} found in what I read of your conversations (each counted once, oldest first):", *lines])
 
 
 def _states_number(sentence: str, question: str) -> bool:
@@ -264,4 +272,4 @@ def _states_number(sentence: str, question: str) -> bool:
 
 def _same_item(a: str, b: str) -> bool:
     words_a, words_b = set(tokenize(a)), set(tokenize(b))
-    return bool(words_a and words_b) and len(words_a & words_b) >= SAME_ITEM * min(len(words_a), len(words_b))
+    return bool(words_a and words_b) and len(words_a & words_b) >= SAME_ITEM * len(words_a | words_b)
