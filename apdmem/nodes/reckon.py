@@ -60,8 +60,9 @@ _COUNT = re.compile(r"^how many\b(?! (?:days?|weeks?|months?|years?|hours?|minut
                     r"^(?:which|what)\s+(?:\w+\s+){0,3}?\w+s\s+have I\b|^list\b|\blist (?:of )?all\b", re.I)
 # A question about the current value ("How many bikes do I currently own?") asks for the latest figure, not a count.
 _LATEST = re.compile(r"\b(?:current|currently|now|still|so far|at the moment|these days)\b", re.I)
-# What a "how many" question counts: its head noun ("online courses have I" -> "courses").
-_COUNTED = re.compile(r"^how many (?:different |distinct )?(?:[\w'-]+ ){0,3}?(?P<head>[\w'-]+) "
+# What a "how many" question counts: its head noun ("online courses have I" -> "courses", "issues of National
+# Geographic have I" -> "issues").
+_COUNTED = re.compile(r"^how many (?:different |distinct )?(?:[\w'-]+ ){0,3}?(?P<head>[\w'-]+)(?: of [\w' -]+?)? "
                       r"(?:did|do|does|have|has|had|are|were|is|was|can|will|that|I)\b", re.I)
 _NUMBER = re.compile(rf"^(?:\d+|{'|'.join(w for w in NUMBERS if ' ' not in w and len(w) > 2)})$", re.I)
 
