@@ -55,7 +55,7 @@ from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
 from apdmem.memory.retriever import PASSAGE_WORDS, RERANK_DEPTH, rank_sessions, rerank
 from apdmem.nodes import policy
-from apdmem.nodes.dates import resolve_relative_dates
+from apdmem.memory.time_expressions import resolve_relative_dates
 from apdmem.nodes.decompose import events
 from apdmem.nodes.search import collect, linked
 from apdmem.settings import Settings

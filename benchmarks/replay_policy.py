@@ -31,7 +31,7 @@ from apdmem.eval.retrieval import ingest, load_cases
 from apdmem.graph.context import Context
 from apdmem.models import get_reranker
 from apdmem.nodes import policy
-from apdmem.nodes.dates import resolve_relative_dates
+from apdmem.memory.time_expressions import resolve_relative_dates
 from apdmem.nodes.decompose import usable
 from apdmem.nodes.search import collect
 from apdmem.tools import search_memory

@@ -9,7 +9,8 @@ from datetime import date
 
 import pytest
 
-from apdmem.nodes.dates import resolve_relative_dates, unresolved_cues
+from apdmem.memory.time_expressions import resolve_relative_dates
+from apdmem.nodes.dates import unresolved_cues
 
 TUE = date(2023, 5, 30)
 SUN = date(2023, 6, 4)

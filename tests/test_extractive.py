@@ -14,18 +14,21 @@ from apdmem.graph import Context
 from apdmem.graph.state import Evidence
 from apdmem.memory.layers import key_sentences, one_line, sentences, turn_sentences
 from apdmem.memory.records import Turn
+from apdmem.memory.time_expressions import dated, undated
 from apdmem.models import LOCAL_CHAT, get_chat_model, get_reranker, is_embedded, is_generative
 from apdmem.models.local import package_dir
 from apdmem.nodes.answer import (CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, Quote, chosen, extractive_answer,
                                  quoted_reply)
 from apdmem.tools import read_raw
 
-QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: "(.*)"$', re.M)  # one line per message
+QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: (".*)$', re.M)  # one line per message
+# A quoted sentence, and the dates its words name beside it ("(7 May 2023)"); a message's sentences: "A" … "B".
+SENTENCE = re.compile(r'"(.+?)"(?: \([^()]*\))?(?= … "|$)')
 
 
 def quoted(reply: str) -> list[tuple[str, str, str]]:
-    """(date, who, sentence) of every sentence a reply quotes (a message's sentences share its line: "A" … "B")."""
-    return [(date, who, sentence) for date, who, said in QUOTE.findall(reply) for sentence in said.split('" … "')]
+    """(date, who, sentence) of every sentence a reply quotes."""
+    return [(date, who, sentence) for date, who, said in QUOTE.findall(reply) for sentence in SENTENCE.findall(said)]
 
 
 @pytest.fixture(autouse=True)
@@ -55,19 +58,23 @@ def test_sentences_and_the_user_salient_ones():
 
 def test_extractive_layers_are_sentences_of_the_session_itself(haystack):
     """Over all 50 sessions of a real history: every L1 fact is a sentence the user said, every L2 note a
-    sentence of its own turn, every turn has notes, and no model is called."""
+    sentence of its own turn (with the dates its time expressions name beside it), every turn has notes, and no
+    model is called."""
     item, memory = haystack
-    calls = memory.usage.calls
+    calls, dated_notes = memory.usage.calls, 0
     for session in item.sessions:
         facts, notes = memory.facts(session.session_id), memory.notes(session.session_id)
         said = [one_line(t.content) for t in session.turns if t.role == "user"]
-        assert facts == key_sentences(session) and len(facts) <= 25
-        assert all(any(fact in text for text in said) for fact in facts), session.session_id
+        assert facts == [dated(f, session.date.date()) for f in key_sentences(session)] and len(facts) <= 25
+        assert all(any(undated(fact) in text for text in said) for fact in facts), session.session_id
         assert sorted(notes) == list(range(len(session.turns)))
         for turn, lines in notes.items():
-            assert lines and all(line in one_line(session.turns[turn].content) for line in lines), (session.session_id, turn)
+            assert lines and all(undated(line) in one_line(session.turns[turn].content) for line in lines), (session.session_id, turn)
+            assert all(dated(undated(line), session.date.date()) == line for line in lines)
+            dated_notes += sum(line != undated(line) for line in lines)
         l1 = memory.read(session.session_id, "L1").splitlines()
         assert l1[2:] == [f"- {fact}" for fact in facts]
+    assert dated_notes > 0  # the history says "yesterday", "last week" ... somewhere
     assert sum(1 for s in item.sessions if memory.facts(s.session_id)) >= 45  # almost every session says something
     assert memory.usage.calls == calls == 0
 

@@ -11,8 +11,8 @@ from test_integrity import files, read_only_mounts, run_read_only, snapshot, sql
 
 from apdmem.cli import main
 from apdmem.memory import Memory
-from apdmem.memory.layers import key_sentences, turn_sentences, writer
-from apdmem.models import LOCAL_CHAT
+from apdmem.memory.layers import key_sentences, turn_sentences, with_dates, writer
+from apdmem.models import EXTRACTIVE, LOCAL_CHAT
 
 SMOLLM2_L1 = writer(LOCAL_CHAT, "L1")
 INVENTED = "Biscuit is a golden retriever who loves opera."  # said by no one: what a model might write
@@ -45,8 +45,8 @@ def test_a_layer_another_writer_cached_is_made_again_when_read(stored, history, 
     assert memory.notes("s-dog", [0, 2]) == {0: turn_sentences(dog.turns[0]), 2: turn_sentences(dog.turns[2])}
     assert INVENTED not in memory.read("s-dog", "L1") + memory.read("s-dog", "L2")
     # ... and cached again under its writer: the next reader takes it as it is
-    assert memory.store.get_json("sessions/s-dog/L1.json") == {"writer": "extractive", "facts": key_sentences(dog)}
-    assert memory.store.get_json("sessions/s-dog/L2.json")["writer"] == "extractive"
+    assert memory.store.get_json("sessions/s-dog/L1.json") == {"writer": writer(EXTRACTIVE, "L1"), "facts": with_dates(dog, key_sentences(dog))}
+    assert memory.store.get_json("sessions/s-dog/L2.json")["writer"] == writer(EXTRACTIVE, "L2")
     assert Memory("alice", store=stored).facts("s-dog") == key_sentences(dog)
 
 
@@ -61,16 +61,17 @@ def test_reindex_layers_makes_every_other_writers_layer_again(stored, history, c
     code = main(["reindex", "--layers", "--user", "alice", "--store", stored, "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "user 'alice': L1 of 2 and L2 of 2 session(s) written by another writer made again by 'extractive'" in out
+    assert "user 'alice': L1 of 2 and L2 of 2 session(s) written by another writer made again by 'extractive (layers-2)'" in out
     for sid in ("s-dog", "s-job"):
         session = next(s for s in history if s.session_id == sid)
         l1, l2 = (memory.store.get_json(f"sessions/{sid}/{name}") for name in ("L1.json", "L2.json"))
-        assert l1 == {"writer": "extractive", "facts": key_sentences(session)}
-        assert l2 == {"writer": "extractive", "notes": {str(t): turn_sentences(session.turns[t]) for t in (0, 2)}}
+        assert l1 == {"writer": writer(EXTRACTIVE, "L1"), "facts": with_dates(session, key_sentences(session))}
+        assert l2 == {"writer": writer(EXTRACTIVE, "L2"),
+                      "notes": {str(t): with_dates(session, turn_sentences(session.turns[t])) for t in (0, 2)}}
         assert INVENTED not in memory.store.get_text(f"sessions/{sid}/L1.md") + memory.store.get_text(f"sessions/{sid}/L2.md")
     assert memory.store.get("sessions/s-knee/L1.json") == kept
     main(["reindex", "--layers", "--user", "alice", "--store", stored, "--quiet"])
-    assert "every cached L1/L2 was written by 'extractive'; nothing to make again" in capsys.readouterr().out
+    assert "every cached L1/L2 was written by 'extractive (layers-2)'; nothing to make again" in capsys.readouterr().out
     again = Memory("alice", store=stored).rebuild_layers()
     assert (again.l1, again.l2, again.usage.calls) == ([], {}, 0)  # nothing left to make
 

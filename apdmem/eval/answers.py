@@ -34,6 +34,7 @@ from apdmem.memory import Memory
 from apdmem.memory.records import ROLES, Session, Turn, check_id
 from apdmem.nodes.answer import NOT_FOUND as NOT_FOUND_REPLY
 from apdmem.nodes.answer import QUOTED, UNCLEAR
+from apdmem.nodes.reckon import COMPUTED, UNDATED
 
 NOT_FOUND, HEDGED, ASSERTS = "not found", "hedged", "asserts"
 KINDS = ("current", "earlier", "when", "count", "never")
@@ -57,8 +58,8 @@ def stance(reply: str) -> str:
     """What a reply does: NOT_FOUND (it says the memory does not hold the answer), HEDGED (it offers something
     without committing to it) or ASSERTS.
 
-    An extractive reply is read by its heading (`apdmem.nodes.answer`'s constants: the quotes under it are the
-    user's words, whatever they say); a generative one by its words (`apdmem.eval.locomo.abstains`, hedges).
+    An extractive reply is read by its heading (`apdmem.nodes.answer`'s and `apdmem.nodes.reckon`'s constants: the
+    quotes under it are the user's words, whatever they say); a generative one by its words (`apdmem.eval.locomo.abstains`, hedges).
 
     >>> stance(NOT_FOUND_REPLY), stance(UNCLEAR + '\\n- 2023-01-02, you said: "I like tea."'), stance("You live in Lisbon.")
     ('not found', 'hedged', 'asserts')
@@ -66,9 +67,9 @@ def stance(reply: str) -> str:
     text = (reply or "").strip()
     if not text or text.startswith(NOT_FOUND_REPLY):
         return NOT_FOUND
-    if text.startswith(UNCLEAR):
+    if text.startswith((UNCLEAR, UNDATED)):
         return HEDGED
-    if text.startswith(QUOTED):
+    if text.startswith((QUOTED, COMPUTED)):
         return ASSERTS
     if abstains(text):
         return NOT_FOUND

@@ -27,7 +27,7 @@ from apdmem.eval.metrics import mean, ndcg_any, percentile, recall_all, recall_a
 from apdmem.memory import Memory, Session
 from apdmem.memory.loaders import _parse, _in_file
 from apdmem.memory.backends import open_store
-from apdmem.nodes.dates import resolve_relative_dates
+from apdmem.memory.time_expressions import resolve_relative_dates
 
 CUTOFFS = {"recall_any": (1, 3, 5, 10), "recall_all": (5, 10), "ndcg_any": (5, 10), "turn_recall": (5, 10)}
 METRICS = {"recall_any": recall_any, "recall_all": recall_all, "ndcg_any": ndcg_any}

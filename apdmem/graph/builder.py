@@ -41,7 +41,7 @@ def build_graph(*, settings: Settings | None = None, memory=None, **compile_opti
     builder.add_node("drill", partial(drill, settings=settings, memory=memory))
     builder.add_node("reflect", partial(reflect, settings=settings))
     builder.add_node(converge)
-    builder.add_node("synthesize_notes", partial(synthesize_notes, settings=settings))
+    builder.add_node("synthesize_notes", partial(synthesize_notes, settings=settings, memory=memory))
     builder.add_node("answer", partial(answer, settings=settings, memory=memory))
 
     builder.add_edge(START, "normalize_dates")

@@ -8,6 +8,11 @@
   without one (the embedded default, ``chat_model="local"``), or where a model's reply is unusable, they are
   extractive: sentences of the session itself (L1: the user's own salient sentences; L2: each turn's
   sentences), so nothing a model invented is ever presented as the user's memory.
+
+Each L1 fact and L2 note carries, beside its words, the dates its time expressions name, resolved against the
+session's date ("I went to a support group yesterday. [yesterday = 7 May 2023]", `time_expressions.dated`), so
+whoever reads the evidence (the answer model, the extractive reply, an agent) is told the date, not left to work
+it out.
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ from tqdm.auto import tqdm
 
 from apdmem import prompts
 from apdmem.memory.records import ROLES, Session, Turn, Unit, Usage
+from apdmem.memory.time_expressions import dated
 from apdmem.models import EXTRACTIVE, ask_structured
 
 LAYERS = ("L0", "L1", "L2", "L3")
 TURN_CHARS = 2_000  # per turn in construction prompts: keeps a window well inside small context windows
 MAX_FACTS = 25
 FACT_CHARS = 300  # an extractive L1 fact is one sentence of at most this length
+# What L1 and L2 hold, by version of their builder: a cache written by another version is stale and rebuilt.
+# 2: each fact and note carries the dates its time expressions name (`time_expressions.dated`).
+LAYER_BUILDER = "layers-2"
 
 
 class WindowSummary(BaseModel):
@@ -174,7 +183,7 @@ def extract_facts(session: Session, model, usage: Usage) -> list[str]:
     where its reply is unusable, the user's own salient sentences (`key_sentences`)."""
     out = ask_structured(model, KeyFacts, _session_prompt(prompts.L1_FACTS, session, range(len(session.turns))), usage)
     facts = [one_line(f) for f in (out.facts if out else []) if f.strip()][:MAX_FACTS]
-    return facts or key_sentences(session)
+    return with_dates(session, facts or key_sentences(session))
 
 
 def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None = None, *, concurrency: int = 1) -> dict[int, list[str]]:
@@ -183,7 +192,7 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
     sentences (`turn_sentences`); so are those of turns the model's reply skips or garbles, so no turn is lost."""
     wanted = list(range(len(session.turns))) if turns is None else sorted(set(turns))
     if model is None:
-        return {index: turn_sentences(session.turns[index]) for index in wanted}
+        return {index: with_dates(session, turn_sentences(session.turns[index])) for index in wanted}
     chunks = [wanted[i : i + 4] for i in range(0, len(wanted), 4)]
     spent = [Usage() for _ in chunks]
 
@@ -202,7 +211,12 @@ def extract_notes(session: Session, model, usage: Usage, turns: list[int] | None
     with ContextThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(run, range(len(chunks))))
     usage.merge_concurrent(spent, workers)
-    return {t: n for notes in results for t, n in notes.items()}
+    return {t: with_dates(session, n) for notes in results for t, n in notes.items()}
+
+
+def with_dates(session: Session, texts: list[str]) -> list[str]:
+    """Facts or notes, each with the dates its time expressions name beside it (`time_expressions.dated`)."""
+    return [dated(text, session.date.date()) for text in texts]
 
 
 # --- Who wrote a cached L1 or L2 --------------------------------------------------------------------------
@@ -213,15 +227,17 @@ CONTENT = {"L1": "facts", "L2": "notes"}  # the field of a cached layer's record
 
 def writer(model_id: str, layer: str) -> str:
     """The writer a cached L1 or L2 records: "extractive" when no model wrote it (`model_id` from
-    `apdmem.models.chat_model_id`), else the model and a fingerprint of the layer's prompt, so that a layer written
-    by another model, or by this one from another prompt, is never served as this configuration's.
+    `apdmem.models.chat_model_id`), else the model and a fingerprint of the layer's prompt, each with the version
+    of what a layer holds (`LAYER_BUILDER`), so that a layer written by another model, by this one from another
+    prompt, or by an earlier version of the builder is never served as this configuration's.
 
     >>> writer("extractive", "L1"), writer("local:smollm2", "L2")[:22]
-    ('extractive', 'local:smollm2 (prompt ')
+    ('extractive (layers-2)', 'local:smollm2 (prompt ')
     """
     if model_id == EXTRACTIVE:
-        return EXTRACTIVE
-    return f"{model_id} (prompt {hashlib.sha256(PROMPTS[layer].encode()).hexdigest()[:8]})"
+        return f"{EXTRACTIVE} ({LAYER_BUILDER})"
+    fingerprint = hashlib.sha256(f"{LAYER_BUILDER}\n{PROMPTS[layer]}".encode()).hexdigest()[:8]
+    return f"{model_id} (prompt {fingerprint})"
 
 
 def record(layer: str, writer_name: str, content) -> dict:

@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from apdmem import prompts
-from apdmem.memory.layers import one_line, sentences
 from apdmem.memory.records import Usage
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
+from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
 
 NOT_FOUND = "I don't have that information from our past conversations."
 CLOSEST = "The closest I read are the conversations of"
@@ -34,34 +34,7 @@ QUOTES = 5  # most sentences quoted
 # ("I went fully vegan last month." -10.3 for "What diet do I follow these days?"), and at 0, its nominal boundary,
 # 0.43 of the dev abstention questions and 0.16 of the suite's never-said ones are still answered.
 RELEVANT = -10.0
-MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
 TRACED = 8  # sentences the trace shows with their scores, best first
-
-
-@dataclass(frozen=True)
-class Quote:
-    """A disclosed sentence written word for word in a turn of its session, and its relevance to the question
-    (the cross-encoder's logit; 0 until scored)."""
-
-    sentence: str
-    session_id: str
-    date: str
-    turn: int  # 0-based, in its session
-    at: int  # where the sentence starts in its turn's text
-    speaker: str  # who said it as the cross-encoder reads it: a name ("Maya"), else "" (the user or the assistant)
-    role: str
-    score: float = 0.0
-
-    @property
-    def said(self) -> tuple[str, str, int]:
-        """The message it is part of, in the order messages were sent: its session's date (and id, for sessions of
-        one date), then its turn."""
-        return self.date, self.session_id, self.turn
-
-    @property
-    def who(self) -> str:
-        """Who said it, as the reply names them: "you said", "the assistant said", "Maya said"."""
-        return f"{self.speaker} said" if self.speaker else "you said" if self.role == "user" else f"the {self.role} said"
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -74,6 +47,8 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
                                        notes=state.get("notes", ""), draft=draft or "(none)")
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
+    if reply is None and state.get("reckoning"):  # a temporal or counting question, computed (`nodes.reckon`)
+        reply = state["reckoning"]
     if reply is None:
         quotes = scored_quotes(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                settings.reranker())
@@ -119,7 +94,7 @@ def quoted_reply(quotes: list[Quote]) -> str:
     for said, parts in messages.items():
         first = parts[0]
         when = (("latest, " if said == quoted[0].said else "earlier, ") if len(messages) > 1 else "") + first.date[:10]
-        lines.append(f"- {when}, {first.who}: " + " … ".join(f'"{q.sentence}"' for q in parts))
+        lines.append(f"- {when}, {first.who}: " + " … ".join(f'"{q.sentence}"{beside(q.sentence, q.date)}' for q in parts))
     return "\n".join(lines)
 
 
@@ -135,31 +110,3 @@ def closest(quotes: list[Quote]) -> list[str]:
     their ids); none when nothing was disclosed."""
     dates = list(dict.fromkeys(q.date[:10] for q in quotes))[:QUOTES]
     return [f"{CLOSEST} " + ", ".join(dates) + "."] if dates else []
-
-
-def verbatim_sentences(evidence: list, memory) -> list[Quote]:
-    """Every disclosed sentence of MIN_WORDS or more that is written word for word in a turn of its session (in
-    the disclosed turn, when the evidence names one), each once, unscored. A note or fact a model wrote is not a
-    quote and is left out."""
-    found: dict[str, Quote] = {}
-    for item in evidence:
-        session = memory.session(item["session_id"])
-        turns = [item["turn"]] if item["turn"] is not None else range(len(session.turns))
-        texts = {i: one_line(session.turns[i].content) for i in turns if 0 <= i < len(session.turns)}
-        for sentence in sentences(_without_speaker(item)):
-            if len(sentence.split()) < MIN_WORDS or sentence in found:
-                continue
-            where = next((i for i, text in texts.items() if sentence in text), None)
-            if where is not None:
-                turn = session.turns[where]
-                found[sentence] = Quote(sentence, item["session_id"], item["date"], where, texts[where].index(sentence),
-                                        turn.speaker or "", turn.role)
-    return list(found.values())
-
-
-def _without_speaker(item) -> str:
-    """An evidence text without the "role: " prefix that L3 reads put before each message."""
-    text = item["text"]
-    if item["layer"] == "L3":
-        return text.partition(": ")[2]
-    return text

@@ -62,12 +62,17 @@ def checked_input(state, runtime) -> tuple[str, datetime]:
         got = "none" if question is None else f"{type(question).__name__} {shown(question)}"
         raise InputError(f"give the question as non-empty text, got {got}", source="question")
     check_limit(len(question), MAX_QUESTION_CHARS, source="question", unit="characters")
-    raw = state.get("question_date")
     try:
-        today = parse_date(raw) if raw not in (None, "") else datetime.now().replace(microsecond=0)
+        today = question_today(state)
     except ValueError as exc:
         raise InputError(str(exc), source="question_date") from None
     return readable(question), today
+
+
+def question_today(state) -> datetime:
+    """The question's date (now when none was given)."""
+    raw = state.get("question_date")
+    return parse_date(raw) if raw not in (None, "") else datetime.now().replace(microsecond=0)
 
 
 def usage_update(node: str, usage: Usage) -> dict:

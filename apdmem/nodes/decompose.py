@@ -100,9 +100,9 @@ def events(question: str) -> list[str]:
     """
     question = " ".join(question.split())
     body = question.rstrip(_END)
-    if match := _CHOICE.match(body):
-        options = [o for o in re.split(r"\s*,\s*(?:or\s+)?|\s+or\s+", match["options"]) if o and o.lower() != "not"]
-        found = [f"{match['frame']} {o}" for o in options[:_MOST_ITEMS]] if len(options) > 1 else []
+    if _CHOICE.match(body):
+        frame, options = choices(question)
+        found = [f"{frame} {o}" for o in options[:_MOST_ITEMS]] if len(options) > 1 else []
     elif match := _BETWEEN.match(body):
         found = [f"{match['frame']} {e}" for e in _pair(match["pair"])]
     elif match := _OFFSET.match(body):
@@ -114,6 +114,18 @@ def events(question: str) -> list[str]:
     else:
         found = _items(question)
     return list(dict.fromkeys(q.strip() for q in found if usable(q.strip(), question) and _names_something(q)))
+
+
+def choices(question: str) -> tuple[str, list[str]]:
+    """The frame and the options of a choice question ("Which did I do first, X or Y?"); ("", []) for another.
+
+    >>> choices("Who became a parent first, Rachel or Alex?")
+    ('Who became a parent first', ['Rachel', 'Alex'])
+    """
+    match = _CHOICE.match(" ".join(question.split()).rstrip(_END))
+    if not match:
+        return "", []
+    return match["frame"], [o for o in re.split(r"\s*,\s*(?:or\s+)?|\s+or\s+", match["options"]) if o and o.lower() != "not"]
 
 
 # Words of an interval question's frame: a part made of them alone ("How old was I") names no event.

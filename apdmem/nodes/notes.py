@@ -1,7 +1,9 @@
 """`synthesize_notes`: organize the evidence for the question (facts, timeline, updates, counts, hint).
 
-It organizes; it does not answer. Without a generative model (the extractive default) or when it replies nothing,
-the notes are the evidence itself, in date order, so the answer node always has grounding.
+It organizes; it does not answer. Without a generative model (the extractive default) or when it replies nothing, the
+notes are the evidence itself, in date order, so the answer node always has grounding. For a temporal or
+counting question the notes end with what the dated evidence computes (`apdmem.nodes.reckon`: a date, an order,
+a duration, a de-duplicated list), which the extractive reply states as it is.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 from apdmem import prompts
 from apdmem.memory.records import Usage
 from apdmem.models import generate
-from apdmem.nodes.common import annotate, usage_update
+from apdmem.nodes.common import annotate, open_memory, usage_update
+from apdmem.nodes.reckon import kind, reckon_evidence
 from apdmem.tools import format_evidence
 
 
-def synthesize_notes(state, runtime, *, settings) -> dict:
+def synthesize_notes(state, runtime, *, settings, memory=None) -> dict:
     ctx, usage = runtime.context, Usage()
     evidence = format_evidence(state.get("evidence", []))
     notes = ""
@@ -26,5 +29,10 @@ def synthesize_notes(state, runtime, *, settings) -> dict:
         )
         notes = generate(settings.generator(), prompt, usage)
     notes = notes or ("## Evidence\n" + evidence if evidence else "No relevant memory was found.")
+    reckoning = ""
+    if evidence and kind(state["question"]):
+        reckoning = reckon_evidence(state, open_memory(runtime, settings, memory), settings.reranker())
+    if reckoning:
+        notes += "\n\n## Computed from the dated evidence\n" + reckoning
     annotate(evidence_items=len(state.get("evidence", [])))
-    return {"notes": notes, **usage_update("synthesize_notes", usage)}
+    return {"notes": notes, "reckoning": reckoning, **usage_update("synthesize_notes", usage)}

@@ -1,0 +1,160 @@
+"""The reckoning: temporal and counting questions computed from dated quotes, with the real cross-encoder
+choosing each event's sentence; and the graph's notes and extractive reply carrying it."""
+
+from datetime import date
+
+import pytest
+from graph_helpers import clean_environment, run_graph
+
+from apdmem.graph import Context
+from apdmem.models import get_reranker
+from apdmem.nodes.answer import QUOTED
+from apdmem.nodes.reckon import COMPUTED, UNDATED, duration, kind, reckoning
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch):
+    clean_environment(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def reranker():
+    return get_reranker("local")
+
+
+QUOTES = [
+    ("I went to a support group yesterday.", "2023-05-08T13:56:00", "Caroline said"),
+    ("I launched my website today, so excited!", "2023-03-02T10:00:00", "you said"),
+    ("I just signed a contract with my first client.", "2023-03-21T10:00:00", "you said"),
+    ("I finished reading 'The Nightingale' last night.", "2023-01-10T10:00:00", "you said"),
+    ("I just finished 'The Hate U Give', what a book.", "2023-02-05T10:00:00", "you said"),
+    ("I visited the Museum of Modern Art with my sister.", "2023-02-11T10:00:00", "you said"),
+    ("Yesterday I went to the Guggenheim for a new exhibition.", "2023-02-20T10:00:00", "you said"),
+    ("I went to the Guggenheim for a new exhibition and loved it.", "2023-03-04T10:00:00", "you said"),
+    ("You might enjoy the Whitney Museum as well.", "2023-02-25T10:00:00", "the assistant said"),
+    ("I love cooking pasta on weekends.", "2023-02-26T10:00:00", "you said"),
+]
+
+KINDS = [
+    ("When did Caroline go to the support group?", "date"),
+    ("What was the date on which I attended the first BBQ event in June?", "date"),
+    ("Which book did I finish reading first, 'The Hate U Give' or 'The Nightingale'?", "order"),
+    ("Who became a parent first, Rachel or Alex?", "order"),
+    ("How many days passed between the day I moved and the day I adopted a cat?", "duration"),
+    ("How long had I been taking guitar lessons when I bought the new guitar amp?", "duration"),
+    ("How many weeks ago did I meet up with my aunt?", "duration"),
+    ("How many different museums or galleries did I visit in the month of February?", "count"),
+    ("Which countries have I visited?", "count"),
+    ("How many bikes do I currently own?", None),  # the latest figure, not a count
+    ("How many days did I spend in total traveling in Hawaii?", None),  # a sum of what was said
+    ("What time do I usually go to the gym?", None),
+    ("What is my dog's name?", None),
+]
+
+
+@pytest.mark.parametrize(("question", "asked"), KINDS, ids=[k[0] for k in KINDS])
+def test_kind(question, asked):
+    assert kind(question) == asked
+
+
+def test_durations_in_the_unit_asked():
+    assert duration(date(2023, 3, 2), date(2023, 3, 21), "day") == "19 days"
+    assert duration(date(2023, 3, 1), date(2023, 3, 29), "week") == "4 weeks (28 days)"
+    assert duration(date(2023, 3, 1), date(2023, 3, 26), "week") == "about 4 weeks (25 days)"
+    assert duration(date(2023, 1, 31), date(2023, 3, 31), "month") == "2 months (59 days)"
+    assert duration(date(2023, 1, 15), date(2023, 3, 20), "month") == "about 2 months (64 days)"
+    assert duration(date(2021, 6, 1), date(2023, 6, 1), "year") == "2 years (730 days)"
+    assert duration(date(2023, 5, 1), date(2023, 5, 2)) == "1 day"
+
+
+def test_a_date_is_the_day_the_words_name(reranker):
+    reply = reckoning("When did Caroline go to the support group?", "2023-05-30", QUOTES, reranker)
+    assert reply == f'{COMPUTED}\n7 May 2023 — 2023-05-08, Caroline said: "I went to a support group yesterday." (7 May 2023)'
+    # Words that name no date: the day it was told of, said as such.
+    reply = reckoning("When did I sign a contract with my first client?", "2023-05-30", QUOTES, reranker)
+    assert reply.startswith(f"{COMPUTED}\ntold of on 21 March 2023 — 2023-03-21, you said: ")
+
+
+def test_a_duration_between_two_events_and_since_one(reranker):
+    between = ("How many days passed between the day I launched my website and the day I signed a contract with "
+               "my first client?")
+    assert reckoning(between, "2023-05-30", QUOTES, reranker) == (
+        f'{COMPUTED}\n19 days — 2023-03-02, you said: "I launched my website today, so excited!" (2 March 2023); '
+        '2023-03-21, you said: "I just signed a contract with my first client."')
+    ago = reckoning("How many weeks ago did I launch my website?", "2023-04-01", QUOTES, reranker)
+    assert ago.startswith(f"{COMPUTED}\nabout 4 weeks (30 days) ago — 2023-03-02, you said: \"I launched my website")
+
+
+def test_an_order_by_the_days_the_quotes_name(reranker):
+    reply = reckoning("Which book did I finish reading first, 'The Hate U Give' or 'The Nightingale'?", "2023-05-30",
+                      QUOTES, reranker)
+    assert reply.startswith(f"{COMPUTED}\n'The Nightingale' (first) — ")  # 9 January ("last night", said on the 10th), not 5 February
+    assert '"I finished reading \'The Nightingale\' last night." (9 January 2023)' in reply
+
+
+def test_an_event_nothing_dates_is_named_not_guessed(reranker):
+    reply = reckoning("How many days passed between the day I adopted a cat and the day I launched my website?",
+                      "2023-05-30", QUOTES, reranker)
+    assert reply.startswith(f"{UNDATED}\nI cannot tell: nothing I read dates “the day I adopted a cat”. What I read dates: ")
+    assert "launched my website" in reply and "days —" not in reply
+
+
+def test_a_count_lists_each_item_once_within_the_question_dates(reranker):
+    question = "How many different museums or galleries did I visit in the month of February?"
+    reply = reckoning(question, "2023-03-05", QUOTES, reranker, [["2023-02-01", "2023-02-28"]])
+    lines = reply.splitlines()
+    assert lines[:2] == [COMPUTED, "2 found in what I read of your conversations (each counted once, oldest first):"]
+    assert "Museum of Modern Art" in lines[2] and "Guggenheim" in lines[3] and len(lines) == 4  # the assistant's Whitney is no visit
+    # Without the month, the Guggenheim told of again on 4 March is still one item.
+    again = reckoning(question.replace(" in the month of February", ""), "2023-03-05", QUOTES, reranker)
+    assert again.splitlines()[1].startswith("2 found")
+
+
+def test_stated_numbers_are_listed_not_counted(reranker):
+    quotes = [("I have 3 bikes in the garage now.", "2023-01-05", "you said"),
+              ("I bought 2 more bikes at the flea market.", "2023-03-05", "you said")]
+    reply = reckoning("How many bikes did I buy or own?", "2023-05-30", quotes, reranker)
+    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said):"
+    issues = [("I've finished five issues of National Geographic so far.", "2023-01-05", "you said"),
+              ("I'm reading National Geographic again, the issue on coral reefs.", "2023-03-05", "you said")]
+    reply = reckoning("How many issues of National Geographic have I finished reading?", "2023-05-30", issues, reranker)
+    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said):"
+
+
+def test_no_reckoning_without_a_computation_or_an_event(reranker):
+    assert reckoning("What is my dog's name?", "2023-05-30", QUOTES, reranker) == ""
+    assert reckoning("When did I buy a sailboat?", "2023-05-30", QUOTES, reranker) == ""
+    assert reckoning("When did Caroline go to the support group?", "2023-05-30", [], reranker) == ""
+
+
+def test_the_graph_computes_an_interval_and_the_notes_carry_it(make_memory, history):
+    """On the synthetic history: the graph opens both sessions, the notes carry the computed days, the extractive
+    reply states them first, and a quote with a time expression shows the date it names."""
+    memory = make_memory()
+    memory.ingest(history)
+    question = "How many days passed between the day I adopted my beagle and the day I accepted the job offer?"
+    final, _ = run_graph(question, Context(), "2024/06/01 (Sat) 10:00", memory=memory)
+    expected = (f'{COMPUTED}\n22 days — 2024-03-10, you said: "I adopted a beagle puppy from the shelter and named her '
+                'Biscuit."; 2024-04-01, you said: "I accepted an offer as a data analyst at Northwind Logistics."')
+    assert final["answer_mode"] == "extractive" and final["answer"] == expected
+    assert final["notes"].endswith("## Computed from the dated evidence\n" + expected)
+    final, _ = run_graph("Which mountain did I hike with my sister?", Context(), "2024/06/01 (Sat) 10:00", memory=memory)
+    assert final["answer"].startswith(QUOTED) and not final["reckoning"]
+    assert '"Last weekend my sister Maya and I hiked up Mount Rainier to Camp Muir." (24 February to 25 February 2024)' in final["answer"]
+
+
+def test_an_order_the_conversation_date_alone_cannot_tell(reranker):
+    rachel = ("My sister-in-law Rachel is doing great with her newborn twins.", "2023-03-17T10:00:00", "you said")
+    alex = ("My cousin Alex adopted a baby girl from China.", "2023-03-17T10:00:00", "you said")
+    question = "Who became a parent first, Rachel or Alex?"
+    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith(
+        f"{UNDATED}\nI cannot tell which came first: both are told of on 17 March 2023 — ")
+    alex = ("My cousin Alex adopted a baby girl from China in January.", "2023-03-17T10:00:00", "you said")
+    assert reckoning(question, "2023-05-30", [rachel, alex], reranker).startswith(f"{COMPUTED}\nAlex (first) — ")
+
+
+def test_the_answer_benchmark_reads_a_reckoning_by_its_heading():
+    from apdmem.eval.answers import ASSERTS, HEDGED, stance
+
+    assert stance(f'{COMPUTED}\n19 days — 2023-03-02, you said: "I think I launched it today."') == ASSERTS
+    assert stance(f'{UNDATED}\nI cannot tell: nothing I read dates “the move”. What I read dates: ...') == HEDGED
