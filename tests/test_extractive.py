@@ -135,8 +135,8 @@ def test_quotes_that_answer_come_latest_first_one_line_per_message():
     also = quote("The apartment is in Alvalade.", "2023-05-20", RELEVANT + 0.1, session="s3", at=45)
     noise = quote("Boxes everywhere, but it is lovely.", "2023-06-01", RELEVANT - 0.1, session="s4")
     reply = quoted_reply([old, new, also, noise])  # best first, as `scored_quotes` gives them
-    assert reply.splitlines() == [QUOTED, '- latest, 2023-05-20, you said: "We finally moved to Lisbon last weekend." … '
-                                          '"The apartment is in Alvalade."',
+    assert reply.splitlines() == [QUOTED, '- latest, 2023-05-20, you said: "We finally moved to Lisbon last weekend." '
+                                          '(13 May to 14 May 2023) … "The apartment is in Alvalade."',
                                   '- earlier, 2023-01-12, you said: "I live in Porto near the river."']
     assert chosen([old, new, also, noise]) == [new, also, old]  # the one below RELEVANT is left out
     assert quoted_reply([old]) == QUOTED + '\n- 2023-01-12, you said: "I live in Porto near the river."'  # one message: no mark

@@ -114,11 +114,12 @@ def test_stated_numbers_are_listed_not_counted(reranker):
     quotes = [("I have 3 bikes in the garage now.", "2023-01-05", "you said"),
               ("I bought 2 more bikes at the flea market.", "2023-03-05", "you said")]
     reply = reckoning("How many bikes did I buy or own?", "2023-05-30", quotes, reranker)
-    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said):"
+    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said, the latest first):"
+    assert reply.splitlines()[2].startswith("- latest, 2023-03-05") and reply.splitlines()[3].startswith("- earlier, 2023-01-05")
     issues = [("I've finished five issues of National Geographic so far.", "2023-01-05", "you said"),
               ("I'm reading National Geographic again, the issue on coral reefs.", "2023-03-05", "you said")]
     reply = reckoning("How many issues of National Geographic have I finished reading?", "2023-05-30", issues, reranker)
-    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said):"
+    assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said, the latest first):"
 
 
 def test_no_reckoning_without_a_computation_or_an_event(reranker):

@@ -236,7 +236,7 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
     TELLS), dated within the question's date ranges when it names some; a sentence that says mostly what an
     earlier one said (SAME_ITEM of its content words) is the same item, counted once. One line each, oldest
     first, under their number; "" for fewer than two items. When an item states a number of what is counted
-    ("I have 3 bikes"), the lines are listed without a count of them."""
+    ("I have 3 bikes"), the lines are listed without a count of them, the latest first and marked so."""
     scores = relevance(question, quotes, reranker)
     best: dict[str, tuple[float, tuple[str, str, str]]] = {}
     for score, quote in zip(scores, quotes):
@@ -251,9 +251,12 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
             items.append(item)
     if len(items) < 2:
         return ""  # one session's sentence: the quotes answer as they are, there is nothing to gather
-    lines = [f"- {item.line()}" for item in items]
     if any(_states_number(item.sentence, question) for item in items):  # "I have 3 bikes": a count is not the answer
-        return "\n".join([COMPUTED, f"What I read of your conversations says, in {len(items)} places (numbers as said):", *lines])
+        # A figure said again later is its latest value ("that's 14 countries now"): the latest comes first.
+        lines = [f"- {'latest' if i == 0 else 'earlier'}, {item.line()}" for i, item in enumerate(reversed(items))]
+        return "\n".join([COMPUTED, f"What I read of your conversations says, in {len(items)} places (numbers as said, "
+                                    "the latest first):", *lines])
+    lines = [f"- {item.line()}" for item in items]
     return "\n".join([COMPUTED, f"{len(items)} found in what I read of your conversations (each counted once, oldest first):", *lines])
 
 
