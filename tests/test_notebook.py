@@ -30,4 +30,5 @@ def test_quickstart_notebook_runs_with_jupyter_execute(tmp_path):
     assert "1 session(s), " in printed and "Answer (extractive): " in printed and "Reference answer:" in printed
     assert f"opened: {{'{GOLD}'" in printed and "'event': 'drill'" in printed and "step:" in printed
     assert "# L1 key facts" in printed
-    assert "session thread-demo-chat" in printed and "\nfact-" in printed  # the agent's thread and fact were saved
+    # the agent's thread was saved, and the fact it recorded is kept in it, once (no session of its own left)
+    assert "session thread-demo-chat" in printed and "\nthread-demo-chat |" in printed and "\nfact-" not in printed
