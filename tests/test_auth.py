@@ -400,13 +400,14 @@ def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_pa
                                              input={**cron_note("alice"), "session_id": "queued-alice"})
     assert time.time() % 60 > 1  # no minute began meanwhile: neither cron has run yet
 
+    time.sleep(1.1)  # revocation is by whole seconds: a token issued in the same second as it would stay valid
     revoked_at = int(time.time())
     with langgraph_dev(memory_dir, APDMEM_AUTH_SECRET=SECRET, **{NOT_BEFORE_ENV: json.dumps({"alice": revoked_at})}) as url:
         assert wait_for_a_run(client("bob"), threads["bob"], revoked_at)["status"] == "success"
         alice = client("alice", now=revoked_at + 1)  # a token issued after the revocation
         assert [c["cron_id"] for c in alice.crons.search()] == [crons["alice"]]  # hers, to delete
         fired = runs_since(alice, threads["alice"], revoked_at)
-        assert all(run["status"] == "error" for run in fired), fired
+        assert all(run["status"] == "error" for run in fired), [(r["status"], r["run_id"]) for r in fired]
         alice.runs.join(threads["alice"], queued["run_id"])  # queued before the revocation, run after it
         assert alice.runs.get(threads["alice"], queued["run_id"])["status"] == "error"
     listed = Memory("alice", store=str(memory_dir), l0_mode="raw").session_ids()
@@ -423,6 +424,6 @@ def test_revoking_tokens_or_changing_the_secret_stops_the_crons_they_made(tmp_pa
         assert wait_for_a_run(carol, thread, changed_at)["status"] == "success"
         bob = client("bob", new_secret)
         fired = runs_since(bob, threads["bob"], changed_at)
-        assert all(run["status"] == "error" for run in fired), fired
+        assert all(run["status"] == "error" for run in fired), [(r["status"], r["run_id"]) for r in fired]
     assert "cron-bob" not in Memory("bob", store=str(memory_dir), l0_mode="raw").session_ids()
     assert "cron-carol" in Memory("carol", store=str(memory_dir), l0_mode="raw").session_ids()

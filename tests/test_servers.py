@@ -178,12 +178,26 @@ def langgraph_dev(memory_dir: Path, **env: str):
         wait_until_up(f"http://127.0.0.1:{port}/ok", process, log, timeout=120)
         yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(process.pid, signal.SIGTERM)  # the CLI and the API server it runs
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a server's whole process group (the CLI and the API server it runs) and wait until none of it is left:
+    the CLI may exit while its server is still shutting down, and a server restarted over the same state (or a
+    test that changes the environment between two servers) must not meet the old one's scheduler still at work."""
+    os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    try:
+        process.wait(timeout=timeout)
+        while time.monotonic() < deadline:
+            os.killpg(process.pid, 0)  # raises once no process of the group is left
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
 
 
 @pytest.fixture(scope="module")
