@@ -17,8 +17,8 @@ from apdmem.memory.records import Turn
 from apdmem.memory.time_expressions import dated, undated
 from apdmem.models import LOCAL_CHAT, get_chat_model, get_reranker, is_embedded, is_generative
 from apdmem.models.local import package_dir
-from apdmem.nodes.answer import (CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, Quote, chosen, extractive_answer,
-                                 quoted_reply)
+from apdmem.nodes.answer import (CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, UNCLEAR, Quote, chosen,
+                                 extractive_answer, quoted_reply)
 from apdmem.tools import read_raw
 
 QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: (".*)$', re.M)  # one line per message
@@ -140,6 +140,8 @@ def test_quotes_that_answer_come_latest_first_one_line_per_message():
                                   '- earlier, 2023-01-12, you said: "I live in Porto near the river."']
     assert chosen([old, new, also, noise]) == [new, also, old]  # the one below RELEVANT is left out
     assert quoted_reply([old]) == QUOTED + '\n- 2023-01-12, you said: "I live in Porto near the river."'  # one message: no mark
+    # Only quotes the cross-encoder does not judge relevant (below ANSWERS): shown as the closest, hedged.
+    assert quoted_reply([new, also]).splitlines()[0] == UNCLEAR
     # Nothing answers: the memory does not hold it, and the sessions that came closest are named by their dates.
     assert quoted_reply([noise, replace(old, score=RELEVANT - 2)]) == f"{NOT_FOUND}\n{CLOSEST} 2023-06-01, 2023-01-12."
     assert quoted_reply([]) == NOT_FOUND

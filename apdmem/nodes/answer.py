@@ -22,8 +22,8 @@ from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
 NOT_FOUND = "I don't have that information from our past conversations."
 CLOSEST = "The closest I read are the conversations of"
 QUOTED = "From your conversations (quoted, no model wrote this):"
-# No longer written (a reply quotes what answers, or says NOT_FOUND); kept so that replies of earlier versions, in
-# reports, still read as hedged (`apdmem.eval.answers.stance`).
+# The heading of quotes none of which the cross-encoder judges relevant (all below ANSWERS): they are the closest the
+# memory holds, and the reply says they may not answer.
 UNCLEAR = "The closest I found in your conversations (quoted, no model wrote this; it may not answer the question):"
 QUOTES = 5  # most sentences quoted
 # The cross-encoder's logit (ms-marco) at or above which a sentence answers the question. Calibrated on the 151 dev
@@ -34,6 +34,11 @@ QUOTES = 5  # most sentences quoted
 # ("I went fully vegan last month." -10.3 for "What diet do I follow these days?"), and at 0, its nominal boundary,
 # 0.43 of the dev abstention questions and 0.16 of the suite's never-said ones are still answered.
 RELEVANT = -10.0
+# The cross-encoder's nominal boundary (ms-marco: relevant above 0). Quotes between RELEVANT and it are shown, as the
+# closest the memory holds, under UNCLEAR unless one of them reaches it: a reply asserts only what the model judges
+# relevant (on the 151 dev questions, quoting under QUOTED whatever reached RELEVANT made 0.311 of the quotable
+# replies confident and wrong, against 0.149 when weak quotes were hedged).
+ANSWERS = 0.0
 TRACED = 8  # sentences the trace shows with their scores, best first
 
 
@@ -79,7 +84,8 @@ def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote
 
 
 def quoted_reply(quotes: list[Quote]) -> str:
-    """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED, one line per message,
+    """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
+    them reaches ANSWERS), one line per message,
     the latest message first, its sentences in the order it says them; when they come from several messages, each
     line is marked "latest" or "earlier" (a question about the past, "where did I live before?", finds its answer
     among the earlier ones). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came closest
@@ -90,7 +96,7 @@ def quoted_reply(quotes: list[Quote]) -> str:
     messages: dict[tuple, list[Quote]] = {}
     for q in quoted:
         messages.setdefault(q.said, []).append(q)
-    lines = [QUOTED]
+    lines = [QUOTED if max(q.score for q in quoted) >= ANSWERS else UNCLEAR]
     for said, parts in messages.items():
         first = parts[0]
         when = (("latest, " if said == quoted[0].said else "earlier, ") if len(messages) > 1 else "") + first.date[:10]
