@@ -5,6 +5,7 @@ to what they said, is answered "not in memory", on a real history (the LongMemEv
 import re
 
 import pytest
+from conftest import make_session
 from graph_helpers import ScriptedChatModel, clean_environment, run_graph
 
 from apdmem.graph import Context, Settings
@@ -94,3 +95,26 @@ def test_a_chat_model_is_told_the_memory_lacks_it(haystack):
     (prompt,) = model.prompts_of("answer")
     assert NOT_HELD in prompt and "No conversation of the user says “Iceland”" in prompt
     assert final["answer_mode"] == "generative" and final["reckoning"] == ""  # nothing computed from the closest
+
+
+CHORES = ["watered the tomatoes", "fixed the kitchen tap", "baked rye bread", "cleaned the garage", "painted the fence",
+          "washed the car", "sorted the bookshelf", "walked to the market", "repaired a lamp", "ironed my shirts",
+          "planted basil", "defrosted the freezer", "tidied the attic", "mended a sweater", "oiled the door hinges",
+          "framed a photo", "swept the balcony", "sharpened the knives", "descaled the kettle", "dusted the shelves"]
+
+
+def test_a_forgotten_session_says_nothing(make_memory):
+    """In a memory of KNOWN_VOCABULARY sessions or more, a word only a forgotten session said is never said."""
+    memory = make_memory()
+    memory.ingest([make_session(f"s-{i:02d}", f"2023-01-{i + 1:02d}T10:00", [f"Today I {chore}.", "Well done!"])
+                   for i, chore in enumerate(CHORES)])
+    memory.ingest([make_session("s-trip", "2023-02-01T10:00", ["I packed 7 shirts for my trip to Costa Rica.", "Have fun!"]),
+                   make_session("s-board", "2023-02-02T10:00", ["I bought a surfboard at the beach shop.", "Nice!"])])
+    assert len(memory.session_ids()) >= KNOWN_VOCABULARY
+    trip = [{"session_id": "s-trip", "date": "2023-02-01T10:00:00", "layer": "L3", "turn": 0,
+             "text": "user: I packed 7 shirts for my trip to Costa Rica."}]
+    question, sessions = "What surfboard did I pack for Costa Rica?", len(memory.session_ids())
+    assert holding(question, trip, memory, get_reranker(), sessions).held  # another session says "surfboard"
+    memory.forget("s-board")
+    forgotten = holding(question, trip, memory, get_reranker(), sessions - 1)
+    assert not forgotten.held and forgotten.unsaid == ["surfboard"], forgotten

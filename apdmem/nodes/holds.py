@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from itertools import chain
 
-from apdmem.memory.index import tokenize
+import numpy as np
+
+from apdmem.memory.index import UnitIndex, tokenize
 from apdmem.nodes.answer import closest, scored_quotes
 
 # Sessions a memory holds before a word it never says counts as rare. The LongMemEval histories (40-57 sessions)
@@ -74,8 +77,9 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
     said = {token for item in evidence for token in tokenize(item["text"])}
     named = {token for word in _WORD.findall(question)[1:] if word[0].isupper() and _APOSTROPHE.split(word)[0] != "I"
              for token in tokenize(word)}
-    vocabulary = memory.index.units_with
-    unsaid = [t for t in dict.fromkeys(tokenize(question)) if t not in said and (t in named or not vocabulary[t])]
+    asked = [t for t in dict.fromkeys(tokenize(question)) if t not in said]
+    never = never_said(memory.index, asked)
+    unsaid = [t for t in asked if t in named or t in never]
     if not unsaid:
         return Holding(True)
     quotes = scored_quotes(question, evidence, memory, reranker)
@@ -88,3 +92,11 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
     if best is not None and best >= UNSAID_BOUND:
         return Holding(True, words, round(best, 3))
     return Holding(False, words, None if best is None else round(best, 3), closest(quotes))
+
+
+def never_said(index: UnitIndex, tokens: list[str]) -> set[str]:
+    """Of `tokens`, those no unit of the memory's `index` holds; a forgotten session's words are not said."""
+    if index.alive.all():
+        return {t for t in tokens if not index.units_with[t]}
+    live = set(chain.from_iterable(index.tokens[i] for i in np.flatnonzero(index.alive)))
+    return {t for t in tokens if t not in live}
