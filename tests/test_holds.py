@@ -100,7 +100,9 @@ def test_a_chat_model_is_told_the_memory_lacks_it(haystack):
 CHORES = ["watered the tomatoes", "fixed the kitchen tap", "baked rye bread", "cleaned the garage", "painted the fence",
           "washed the car", "sorted the bookshelf", "walked to the market", "repaired a lamp", "ironed my shirts",
           "planted basil", "defrosted the freezer", "tidied the attic", "mended a sweater", "oiled the door hinges",
-          "framed a photo", "swept the balcony", "sharpened the knives", "descaled the kettle", "dusted the shelves"]
+          "framed a photo", "swept the balcony", "sharpened the knives", "descaled the kettle", "dusted the shelves",
+          "bottled lemonade", "knitted a scarf", "glued a chair leg", "hung new curtains", "pickled cucumbers",
+          "varnished a stool", "aired the duvets", "raked the leaves", "polished my boots", "labelled the jars"]
 
 
 def test_a_forgotten_session_says_nothing(make_memory):
