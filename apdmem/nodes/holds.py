@@ -30,7 +30,7 @@ import numpy as np
 from apdmem.memory.index import UnitIndex, tokenize
 from apdmem.nodes.answer import closest, scored_quotes
 
-# Sessions a memory holds before a word it never says counts as rare. The LongMemEval histories (40-57 sessions)
+# Sessions a memory holds before a word it never says counts as rare. The LongMemEval histories (39-57 sessions)
 # say the question's everyday words ("now", "city", "total", "many") somewhere; the evolving-memory suite's (1-15
 # sessions) do not: there the rule would say "not in memory" for 39 of the 44 never-said questions but also refuse
 # 44 of the 103 answerable ones (40 of whose replies held the gold). On the 151 dev questions with the vocabulary of
