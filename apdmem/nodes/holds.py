@@ -48,7 +48,7 @@ KNOWN_VOCABULARY = 30
 # to the hedged share). +3 sits inside the plateau.
 UNSAID_BOUND = 3.0
 NOT_HELD = "## Not in memory"
-_WORD = re.compile(r"[A-Za-z][\w'’-]*")
+_WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
 _APOSTROPHE = re.compile("['’]")  # "I'm", "I’ve" name nobody
 
 
@@ -78,20 +78,22 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
     if not evidence or sessions < KNOWN_VOCABULARY:
         return Holding(True)
     said = {token for item in evidence for token in tokenize(item["text"])}
-    named = {token for word in _WORD.findall(question)[1:] if word[0].isupper() and _APOSTROPHE.split(word)[0] != "I"
-             for token in tokenize(word)}
-    asked = [t for t in dict.fromkeys(tokenize(question)) if t not in said]
-    never = never_said(memory.index, asked)
-    unsaid = [t for t in asked if t in named or t in never]
-    if not unsaid:
-        return Holding(True)
-    quotes = scored_quotes(question, evidence, memory, reranker)
-    best = quotes[0].score if quotes else None
-    spelled: dict[str, str] = {}
-    for word in _WORD.findall(question):
+    words = _WORD.findall(question)
+    spelled: dict[str, str] = {}  # each token of the question, as the question spells it
+    for word in words:
         for token in tokenize(word):
             spelled.setdefault(token, word)
-    words = [spelled.get(t, t) for t in unsaid]
+    named = {token for word in words[1:] if word[0].isupper() and _APOSTROPHE.split(word)[0] != "I"
+             for token in tokenize(word)}
+    asked = [token for token in spelled if token not in said]
+    never = never_said(memory.index, asked)
+    unsaid = [token for token in asked if token in named or token in never]
+    if not unsaid:
+        return Holding(True)
+    # No verbatim sentence to weigh (only notes a model wrote) leaves the words' absence to decide.
+    quotes = scored_quotes(question, evidence, memory, reranker)
+    best = quotes[0].score if quotes else None
+    words = [spelled[token] for token in unsaid]
     if best is not None and best >= UNSAID_BOUND:
         return Holding(True, words, round(best, 3))
     return Holding(False, words, None if best is None else round(best, 3), closest(quotes))
