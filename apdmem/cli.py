@@ -246,6 +246,10 @@ def ask(question: str, question_date: str | None, graph, context, *, json_lines:
             turns = "" if chunk["turns"] is None else f" turns {chunk['turns'][0] + 1}-{chunk['turns'][-1] + 1}"
             why = lifted_by(chunk.get("via"))
             print(f"  [step {chunk['step']}] read {chunk['layer']} of {chunk['session_id']}{turns}{why}", flush=True)
+        elif chunk["event"] == "holding":
+            print(f"  [answer] the question's words no disclosed sentence says: {', '.join(chunk['unsaid'])}; "
+                  f"best sentence {'none' if chunk['best'] is None else format(chunk['best'], '+.2f')}: "
+                  f"{'held' if chunk['held'] else 'the memory does not hold the answer'}", flush=True)
         elif chunk["event"] == "quotes":
             print(f"  [answer] the best sentences disclosed, scored against the question (quoted from {chunk['threshold']:+.1f}):")
             for q in chunk["quotes"]:

@@ -88,6 +88,7 @@ class State(InputState, OutputState, total=False):
     targets: list[dict]  # drill requests for the next drill node: {session_id, layer}
     new_evidence: int  # evidence items added since the last reflection
     sufficient: bool
+    holding: dict  # whether the memory holds the answer, and why (`nodes.holds.Holding`)
     reckoning: str  # what the dated evidence computes for a temporal or counting question (`nodes.reckon`)
     route: str
     stop_reason: str

@@ -7,6 +7,10 @@
   `RELEVANT` are quoted, with the session's date and who said them, the latest session's first and marked as the
   latest when they come from several. When none answers, the reply says the memory does not hold it and names the
   sessions that came closest. No model writes a word of it; the trace shows each sentence's score.
+
+When the memory does not hold the answer at all (`apdmem.nodes.holds`: the question names something no disclosed
+sentence says), the extractive reply says so and names the sessions that came closest; a chat model reads it in
+the notes.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
                                        notes=state.get("notes", ""), draft=draft or "(none)")
         reply = generate(model, prompt, usage)
     reply, mode = (reply or draft, "generative") if reply or draft else (None, "extractive")
+    if reply is None and not state.get("holding", {}).get("held", True):
+        reply = "\n".join([NOT_FOUND, *state["holding"]["closest"]])
     if reply is None and state.get("reckoning"):  # a temporal or counting question, computed (`nodes.reckon`)
         reply = state["reckoning"]
     if reply is None:
