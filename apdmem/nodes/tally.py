@@ -1,7 +1,8 @@
 """Tallies across sessions, without a model: the sum of the amounts a "total" question asks for ("What is the total
 cost of the car cover and the detailing spray?", "How many courses have I completed in total?").
 
-An addend is a figure a person stated in a sentence the cross-encoder finds relevant to the question (above ADDS):
+An addend is a figure a person stated in a sentence the cross-encoder finds relevant to the question (above
+`reckon.TELLS`, the bar of the reckoning's events and items):
 an amount of money when the question asks one ("how much", "cost", "spent"), else a number of things ("3 goals",
 "two assists", "57 rare records"). A figure is no addend when it is a range ("$150 to $200"), a rate ("$30 per
 night"), a total already ("a total of $500"), a part of a word ("20-gallon"), or said of what may come ("I'll get
@@ -21,10 +22,6 @@ from apdmem.memory.time_expressions import NUMBERS, VAGUE
 # The words of a question that ask for a sum.
 TOTAL = re.compile(r"\b(?:total|altogether|combined|in all)\b", re.I)
 _MONEY_QUESTION = re.compile(r"\b(?:how much|cost|costs|price|amount|spend|spent|pay|paid|money)\b|\$", re.I)
-# Cross-encoder logit (ms-marco) above which a sentence's figures are added. On the 151 dev questions that ask a
-# total, the sentences stating the addends score -5.1 to 5.6 (median 0.0) and the sentences with other figures of the
-# same sessions below -5 but for plans, ranges and stated totals, which are left out by their words.
-ADDS = -5.5
 _NUMBER_WORDS = "|".join(sorted((w for w in NUMBERS if w not in VAGUE and w not in ("a", "an")), key=len, reverse=True))
 _DIGITS = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+"
 _AMOUNT = rf"\$\s?(?:{_DIGITS})(?:\.\d+)?"
