@@ -49,6 +49,8 @@ KINDS = [
     ("How many bikes do I currently own?", None),  # the latest figure, not a count
     ("How many days did I spend in total traveling in Hawaii?", "total"),  # a sum of what was said
     ("What is the total cost of the car cover and the detailing spray I bought?", "total"),
+    ("How much more money did I raise than my initial goal in the charity ride?", "difference"),
+    ("What is the difference in price between my luxury boots and the pair at the budget store?", "difference"),
     ("What time do I usually go to the gym?", None),
     ("What is my dog's name?", None),
 ]
@@ -160,6 +162,28 @@ def test_a_total_adds_the_figures_stated_across_sessions_once_each(reranker):
                ("I've completed two courses on edX, which helped at work.", "2023-05-30", "you said")]
     reply = reckoning("How many online courses have I completed in total?", "2023-05-31", numbers, reranker)
     assert reply.splitlines()[1] == "5 in total, adding what your conversations state (3 courses + 2 courses; each figure counted once):"
+
+
+def test_a_difference_compares_the_two_figures_stated_in_two_sessions(reranker):
+    """Two sessions state the two figures (rates and bounds compared as said, a range left out, the price said
+    again once); a third figure of the same kind leaves which two are compared unknown: no computation."""
+    quotes = [("I booked a resort in Maui that costs over $300 per night.", "2023-05-24", "you said"),
+              ("I'd like to keep the hostels to $50-$75 per person.", "2023-05-24", "you said"),
+              ("I stayed in a hostel in Tokyo that cost $30 per night last January.", "2023-05-26", "you said"),
+              ("The Tokyo hostel at $30 per night was a bargain.", "2023-05-27", "you said")]
+    question = "How much more did I spend on accommodations per night in Hawaii compared to Tokyo?"
+    lines = reckoning(question, "2023-05-30", quotes, reranker).splitlines()
+    assert lines[:2] == [COMPUTED, "$270 apart, the two figures your conversations state ($300 − $30):"]
+    assert lines[2].startswith("- $300: 2023-05-24, you said:") and lines[3].startswith("- $30: 2023-05-26, you said:")
+    assert len(lines) == 4
+    japan = question.replace("Tokyo", "Japan")
+    assert reckoning(japan, "2023-05-30", quotes, reranker).splitlines()[1].startswith("$270 apart")
+    third = ("My cabin in Kyoto was $90 per night.", "2023-05-28", "you said")
+    assert reckoning(japan, "2023-05-30", [*quotes, third], reranker) == ""
+    marathon = [("My target time for the marathon was 4 hours and 10 minutes.", "2023-05-20", "you said"),
+                ("I finished the marathon in 4 hours and 22 minutes.", "2023-05-27", "you said")]
+    reply = reckoning("How many minutes did I exceed my target time by in the marathon?", "2023-05-30", marathon, reranker)
+    assert reply.splitlines()[1] == "12 minutes apart, the two figures your conversations state (262 minutes − 250 minutes):"
 
 
 def test_a_total_of_one_figure_is_no_sum(reranker):

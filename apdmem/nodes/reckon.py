@@ -30,7 +30,7 @@ from apdmem.memory.time_expressions import NUMBERS, VAGUE, DateHint, add_months,
 from apdmem.nodes.common import question_today
 from apdmem.nodes.decompose import choices, events
 from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
-from apdmem.nodes.tally import addends, asks_total, same_thing, tells_a_deed, total
+from apdmem.nodes.tally import addends, asks_difference, asks_total, difference, same_thing, tells_a_deed, total
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
 UNDATED = "What I read of your conversations does not date it all (quoted, no model wrote this):"
@@ -101,16 +101,18 @@ class Told:
 
 
 def kind(question: str) -> str | None:
-    """What the question asks to compute: "order", "duration", "date", "total", "count", or None."""
+    """What the question asks to compute: "order", "duration", "date", "difference", "total", "count", or None."""
     question = " ".join(question.split())
-    if asks_total(question):
-        return "total"
     if len(choices(question)[1]) > 1 and (_FIRST.search(question) or _LAST.search(question)):
         return "order"
     if _DURATION.match(question) and _RELATION.search(question):
         return "duration"
     if _DATE.match(question):
         return "date"
+    if asks_difference(question):
+        return "difference"
+    if asks_total(question):
+        return "total"
     if _COUNT.search(question) and not _LATEST.search(question):
         return "count"
     return None
@@ -134,8 +136,10 @@ def reckoning(question: str, today: str, quotes: list[tuple[str, str, str]], rer
     people = [q for q in quotes if not q[2].startswith("the ") and not q[0].endswith("?")]
     if asked is None or not people:
         return ""
+    if asked == "difference":
+        return figures_reply(question, people, reranker, "difference")
     if asked == "total":  # a sum of stated figures; a count of the items told of when none are stated
-        summed = sum_reply(question, people, reranker)
+        summed = figures_reply(question, people, reranker, "total")
         return summed or (count(question, people, reranker, date_ranges or []) if _COUNT.search(question) else "")
     if asked == "count":
         return count(question, people, reranker, date_ranges or [])
@@ -295,20 +299,25 @@ def _within(told: Told, date_ranges: list[list[str]]) -> bool:
     return any(first <= f"{end}" and f"{start}" <= last for first, last in date_ranges)
 
 
-def sum_reply(question: str, quotes: list[tuple[str, str, str]], reranker) -> str:
-    """The sum of the figures the quotes relevant to the question (above TELLS) state (`tally.total`), first, then
-    each figure added with its quote, oldest first; "" for fewer than two figures."""
+def figures_reply(question: str, quotes: list[tuple[str, str, str]], reranker, asked: str) -> str:
+    """The sum ("total") or the difference ("difference") of the figures the quotes relevant to the question (above
+    TELLS) state (`tally.total`, `tally.difference`), first, then each figure with its quote; "" when the figures
+    make none (fewer than two; for a difference, other than two of one thing)."""
+    compared = asked == "difference"
     figures = []
     for score, quote in sorted(zip(relevance(question, quotes, reranker), quotes), key=lambda pair: pair[1][1]):
         if score > TELLS:
-            figures += [(addend, Told(*quote).line()) for addend in addends(quote[0], question)]
-    summed = total(figures)
-    if summed is None:
+            figures += [(figure, Told(*quote).line()) for figure in addends(quote[0], question, compared=compared)]
+    found = difference(figures) if compared else total(figures)
+    if found is None:
         return ""
-    value, added = summed
-    sum_line = " + ".join(addend.shown() for addend, _ in added)
-    return "\n".join([COMPUTED, f"{value} in total, adding what your conversations state ({sum_line}; each figure counted once):",
-                      *(f"- {addend.shown()}: {line}" for addend, line in added)])
+    value, used = found
+    if compared:
+        heading = f"{value} apart, the two figures your conversations state ({used[0][0].shown()} − {used[1][0].shown()}):"
+    else:
+        heading = (f"{value} in total, adding what your conversations state ("
+                   + " + ".join(figure.shown() for figure, _ in used) + "; each figure counted once):")
+    return "\n".join([COMPUTED, heading, *(f"- {figure.shown()}: {line}" for figure, line in used)])
 
 
 def _states_number(sentence: str, question: str) -> bool:

@@ -1,14 +1,16 @@
-"""Tallies across sessions, without a model: the sum of the amounts a "total" question asks for ("What is the total
-cost of the car cover and the detailing spray?", "How many courses have I completed in total?").
+"""Tallies across sessions, without a model: the sum of the figures a "total" question asks for ("What is the total
+cost of the car cover and the detailing spray?", "How many courses have I completed in total?"), the gap between
+the two figures a difference asks for ("How much more did I raise than my goal?"), and what tells the items of a
+count apart (`tells_a_deed`, `same_thing`; the count itself is `reckon.count`).
 
-An addend is a figure a person stated in a sentence the cross-encoder finds relevant to the question (above
-`reckon.TELLS`, the bar of the reckoning's events and items):
-an amount of money when the question asks one ("how much", "cost", "spent"), else a number of things ("3 goals",
-"two assists", "57 rare records"). A figure is no addend when it is a range ("$150 to $200"), a rate ("$30 per
-night"), a total already ("a total of $500"), a part of a word ("20-gallon"), or said of what may come ("I'll get
-the one that costs $150"). A figure said again (the same number of the same thing, or the same amount) is one
-addend: repeated across sessions, it is counted once. The sum is stated with its addends and their quotes, so the
-user sees what was added.
+A figure is one a person stated in a sentence the cross-encoder finds relevant to the question (above
+`reckon.TELLS`, the bar of the reckoning's events and items): an amount of money when the question asks one ("how
+much", "cost", "spent"), else a number of things ("3 goals", "two assists", "57 rare records", "4 hours and 10
+minutes" as 250 minutes). A figure is no addend when it is a range ("$150 to $200"), a rate ("$30 per night"), a
+total already ("a total of $500"), a part of a word ("20-gallon"), or said of what may come ("I'll get the one that
+costs $150"); a difference compares rates and bounds as said ("over $300 per night" against "$30 per night"). A
+figure said again of the same thing is one: repeated across sessions, it is counted once. The result is stated
+with its figures and their quotes, so the user sees what was added or compared.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ _COUNTED = rf"(?<![\w$.,-])(?:{_DIGITS}|{_NUMBER_WORDS})"
 # A number of things: a number, up to two words (adjectives: "rare", "new"), a plural noun.
 _THINGS = re.compile(rf"{_COUNTED}\s+(?:[a-z][\w'-]*\s+){{0,2}}?(?P<noun>[a-z][\w'-]*s)\b", re.I)
 _MONEY = re.compile(_AMOUNT)
+_HOURS_BEFORE = re.compile(rf"(?P<hours>{_DIGITS}|{_NUMBER_WORDS})\s+hours?\s+(?:and\s+)?$", re.I)
 _TIME_UNITS = re.compile(r"^(?:second|minute|hour|day|night|week|month|year|time)s$", re.I)
-# What comes right after a figure that makes it no addend: a range ("to $200", "-$70"), a rate ("per night", "a week").
-_NOT_ALONE = re.compile(r"^\s*(?:(?:-|–|to|or)\s*\$?\d|(?:\w+\s+)?(?:per|a|an|each|every)\s+(?:day|night|week|month|year|hour|"
-                        r"person|piece|item)\b|/)", re.I)
-# Words right before a figure that make it no addend: a stated total, a range's start or end, a limit.
-_NOT_SPENT = re.compile(r"(?:\b(?:total of|in total|between|from|up to|under|over|budget of|to|or)|-|–)\s*$", re.I)
+# Ranges ("$150 to $200", "$60-$70"): neither end is a figure said.
+_RANGE_AFTER = re.compile(r"^\s*(?:-|–|to|or)\s*\$?\d", re.I)
+_RANGE_BEFORE = re.compile(r"(?:\b(?:between|from|(?<!up )to|or)|-|–)\s*$", re.I)
+# Rates ("$30 per night", "40 hours a week") and bounds ("a total of $500", "up to $350,000"): no addends, but figures
+# a difference compares ("over $300 per night" against "$30 per night").
+_RATE = re.compile(r"^\s*(?:(?:\w+\s+)?(?:per|a|an|each|every)\s+(?:day|night|week|month|year|hour|person|piece|item)\b|/)", re.I)
+_BOUND = re.compile(r"\b(?:total of|in total|up to|under|over|budget of)\s*$", re.I)
 # Words of the clause before a figure that make it what may come ("I'll get the one that costs $150").
 _MAY_COME = re.compile(r"\b(?:thinking|considering|wondering|looking|planning|plan|hoping|want|would|might|could|should|will|"
                        r"going to|if)\b|['’](?:ll|d)\b", re.I)
@@ -66,6 +71,17 @@ class Addend:
         return money(self.value) if self.counts == "$" else f"{_number(self.value)} {self.counts}"
 
 
+def asks_difference(question: str) -> bool:
+    """Whether a question asks how far apart two figures are ("How much more did I raise than my goal?", "What is
+    the difference in price between ...", "How many minutes did I exceed my target by?").
+
+    >>> asks_difference("How much more did I spend on hotels in Hawaii compared to Tokyo?"), asks_difference("How much did I spend?")
+    (True, False)
+    """
+    return bool(re.match(r"^\s*(?:how (?:much|many \w+) (?:more|less|fewer)\b.*\b(?:than|compared)\b|"
+                         r"what(?:'s| is| was) the difference\b|how (?:much|many \w+) did I exceed\b)", question, re.I))
+
+
 def asks_total(question: str) -> bool:
     """Whether a question asks for a sum ("What is the total number of ...", "How many ... in total").
 
@@ -77,9 +93,10 @@ def asks_total(question: str) -> bool:
     return bool(TOTAL.search(question)) and bool(re.match(r"^\s*(?:how (?:many|much)|what(?:'s| is| was) the total)\b", question, re.I))
 
 
-def addends(sentence: str, question: str) -> list[Addend]:
+def addends(sentence: str, question: str, *, compared: bool = False) -> list[Addend]:
     """The figures of a sentence that add up to what the question asks (money for a question about money, else
-    numbers of things), in their order; none for a range, a rate, a stated total or what may come.
+    numbers of things), in their order; none for a range, a rate, a stated total or what may come. With
+    `compared`, the figures a difference compares: rates and bounds too.
 
     >>> [a.shown() for a in addends("I've scored 3 goals and had two assists so far.", "What is the total number of goals?")]
     ['3 goals', '2 assists']
@@ -91,7 +108,10 @@ def addends(sentence: str, question: str) -> list[Addend]:
     for m in pattern.finditer(sentence):
         before = sentence[:m.start()]
         clause = _CLAUSE.split(before)[-1]
-        if _NOT_ALONE.match(sentence[m.end():]) or _NOT_SPENT.search(before) or _MAY_COME.search(clause):
+        after = sentence[m.end():]
+        if _RANGE_AFTER.match(after) or _RANGE_BEFORE.search(before) or _MAY_COME.search(clause):
+            continue
+        if not compared and (_RATE.match(after) or _BOUND.search(before)):
             continue
         figure = m.group(0)
         if pattern is _MONEY:
@@ -100,9 +120,18 @@ def addends(sentence: str, question: str) -> list[Addend]:
         noun = m["noun"].lower()
         if _TIME_UNITS.match(noun) and not re.search(rf"\b{noun[:-1]}s?\b", question, re.I):
             continue  # "for five days" is no number of things, unless the question counts days
-        number = figure.split()[0].replace(",", "").lower()
-        found.append(Addend(float(NUMBERS.get(number, number) if not number.isdigit() else number), noun, figure, sentence))
+        value = _value(figure.split()[0])
+        hours = _HOURS_BEFORE.search(before)
+        if noun == "minutes" and hours:  # "4 hours and 10 minutes": 250 minutes
+            value += 60 * _value(hours["hours"])
+        found.append(Addend(value, noun, figure, sentence))
     return found
+
+
+def _value(number: str) -> float:
+    """The value of a number as written: "1,200", "seven"."""
+    number = number.replace(",", "").lower()
+    return float(NUMBERS.get(number, number))
 
 
 def money(value: float) -> str:
@@ -120,14 +149,32 @@ def _names(sentence: str) -> set[str]:
     return {w.lower() for w in words if any(c.isupper() for c in w) and w not in ("I", "I'm", "I've", "I'll", "I'd")}
 
 
+def distinct(figures: list[tuple[Addend, str]]) -> list[tuple[Addend, str]]:
+    """The figures (each with the line of the quote that states it), a figure said again (`Addend.restates`) once."""
+    kept: list[tuple[Addend, str]] = []
+    for addend, line in figures:
+        if not any(addend.restates(other) for other, _ in kept):
+            kept.append((addend, line))
+    return kept
+
+
+def difference(figures: list[tuple[Addend, str]]) -> tuple[str, list[tuple[Addend, str]]] | None:
+    """How far apart the two figures are, as a reply writes it, and the two (the larger first, each as first
+    stated); None unless the figures have exactly two values, of one thing (of more, which two are compared would be
+    a guess)."""
+    kept = list({addend.value: (addend, line) for addend, line in reversed(figures)}.values())
+    if len(kept) != 2 or kept[0][0].counts != kept[1][0].counts:
+        return None
+    larger, smaller = sorted(kept, key=lambda pair: -pair[0].value)
+    gap = larger[0].value - smaller[0].value
+    return (money(gap) if larger[0].counts == "$" else f"{_number(gap)} {larger[0].counts}"), [larger, smaller]
+
+
 def total(figures: list[tuple[Addend, str]]) -> tuple[str, list[tuple[Addend, str]]] | None:
     """The sum of distinct figures (each with the line of the quote that states it): a figure said again
     (`Addend.restates`) once; the sum as a reply writes it, and the figures added. None for fewer than two distinct
     figures (one figure is no sum: the quotes answer as they are)."""
-    added: list[tuple[Addend, str]] = []
-    for addend, line in figures:
-        if not any(addend.restates(other) for other, _ in added):
-            added.append((addend, line))
+    added = distinct(figures)
     if len(added) < 2:
         return None
     value = sum(a.value for a, _ in added)
