@@ -191,20 +191,40 @@ def test_a_total_of_one_figure_is_no_sum(reranker):
     assert reckoning("What is the total amount I spent on the lamp?", "2023-05-30", quotes, reranker) == ""
 
 
+SISTER_GIFTS = [
+    make_session("s1", "2024-03-02", ["I bought my sister a silver necklace from Tiffany's for $200.", "What a lovely gift!"]),
+    make_session("s2", "2024-03-20", ["Any ideas for a weekend hike near Seattle?", "Try Rattlesnake Ledge."]),
+    make_session("s3", "2024-04-11", ["The necklace from Tiffany's was $200, and she wears it every day.", "Glad she loves it!"]),
+    make_session("s4", "2024-05-05", ["I also got my sister a spa gift card for $100 for her birthday.", "She must be thrilled."]),
+]
+
+
 def test_the_graph_sums_across_sessions_and_the_notes_carry_it(make_memory):
     """A small memory: the amounts in three sessions, one repeated; the graph opens them, the notes end with the sum,
     and the extractive reply states it."""
     memory = make_memory()
-    memory.ingest([
-        make_session("s1", "2024-03-02", ["I bought my sister a silver necklace from Tiffany's for $200.", "What a lovely gift!"]),
-        make_session("s2", "2024-03-20", ["Any ideas for a weekend hike near Seattle?", "Try Rattlesnake Ledge."]),
-        make_session("s3", "2024-04-11", ["The necklace from Tiffany's was $200, and she wears it every day.", "Glad she loves it!"]),
-        make_session("s4", "2024-05-05", ["I also got my sister a spa gift card for $100 for her birthday.", "She must be thrilled."]),
-    ])
+    memory.ingest(SISTER_GIFTS)
     final, _ = run_graph("How much did I spend on gifts for my sister in total?", Context(), "2024/06/01 (Sat) 10:00", memory=memory)
     assert final["answer"].splitlines()[:2] == [COMPUTED, "$300 in total, adding what your conversations state ($200 + $100; "
                                                           "each figure counted once):"], final["answer"]
     assert final["notes"].endswith("## Computed from the dated evidence\n" + final["answer"])
+
+
+def test_a_generative_answer_reads_the_sum_in_its_notes(make_memory):
+    """The generative path gets the same figures: with a chat model (scripted: routing only, it computes nothing),
+    the notes the answer prompt carries end with the sum and its addends."""
+    from graph_helpers import ScriptedChatModel
+
+    from apdmem.graph import Settings
+
+    model = ScriptedChatModel(script={"Reflection": [{"sufficient": False, "deepen": [
+        {"session_id": sid, "layer": "L3"} for sid in ("s1", "s3", "s4")]}]})
+    memory = make_memory(chat_model=model)
+    memory.ingest(SISTER_GIFTS)
+    final, _ = run_graph("How much did I spend on gifts for my sister in total?", Context(), settings=Settings(chat_model=model),
+                         memory=memory)
+    assert final["answer_mode"] == "generative" and final["reckoning"].splitlines()[1].startswith("$300 in total")
+    assert model.prompts_of("answer")[0].count("$300 in total, adding what your conversations state ($200 + $100") == 1
 
 
 def test_no_reckoning_without_a_computation_or_an_event(reranker):
