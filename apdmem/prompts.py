@@ -97,7 +97,10 @@ Write Markdown notes with these sections, leaving out empty ones:
 ANSWER = """You are a personal assistant with a long-term memory of your conversations with the user.
 Answer the user's question from the notes and the draft below. Today is {today}.
 - Be concise: give the answer first, then at most two sentences of justification.
-- For counts, dates and durations, work them out from the notes step by step before answering.
+- For counts, dates and durations, work them out from the notes step by step before answering. When the notes
+  end with "Computed from the dated evidence" (a date, a duration, a count of distinct items, a sum or a difference
+  of stated figures, each with its quotes), start from it, and correct it only where the notes show an item it
+  missed or counted twice.
 - When facts changed over time, answer with the latest one (marked "latest" in the notes) and say it is the
   current one; give an earlier value only when the question asks about the past ("before", "used to", "at first",
   "in March", "when did it change"), and say when each held.

@@ -10,6 +10,7 @@ from apdmem.graph import Context
 from apdmem.models import get_reranker
 from apdmem.nodes.answer import QUOTED
 from apdmem.nodes.reckon import COMPUTED, UNDATED, duration, kind, reckoning
+from conftest import make_session
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,10 @@ KINDS = [
     ("How many different museums or galleries did I visit in the month of February?", "count"),
     ("Which countries have I visited?", "count"),
     ("How many bikes do I currently own?", None),  # the latest figure, not a count
-    ("How many days did I spend in total traveling in Hawaii?", None),  # a sum of what was said
+    ("How many days did I spend in total traveling in Hawaii?", "total"),  # a sum of what was said
+    ("What is the total cost of the car cover and the detailing spray I bought?", "total"),
+    ("How much more money did I raise than my initial goal in the charity ride?", "difference"),
+    ("What is the difference in price between my luxury boots and the pair at the budget store?", "difference"),
     ("What time do I usually go to the gym?", None),
     ("What is my dog's name?", None),
 ]
@@ -120,6 +124,107 @@ def test_stated_numbers_are_listed_not_counted(reranker):
               ("I'm reading National Geographic again, the issue on coral reefs.", "2023-03-05", "you said")]
     reply = reckoning("How many issues of National Geographic have I finished reading?", "2023-05-30", issues, reranker)
     assert reply.splitlines()[1] == "What I read of your conversations says, in 2 places (numbers as said, the latest first):"
+
+
+def test_a_count_takes_every_deed_of_a_session_once_and_no_plans(reranker):
+    """Items spread over sessions, several in one session, one told again in another session (one name: counted
+    once), plans and requests (no deed) and a deed outside the question's month left out."""
+    quotes = [("I attended a lecture at the Art Gallery on street art on March 3rd.", "2023-03-08", "you said"),
+              ("I also volunteered at the Children's Museum for their Art Afternoon event.", "2023-03-08", "you said"),
+              ("I'm looking for information on local art events and exhibitions.", "2023-03-08", "you said"),
+              ("I'm thinking of organizing a street art workshop for kids.", "2023-03-08", "you said"),
+              ("I went to the Women in Art exhibition at the Modern Art Museum on February 20th.", "2023-02-22", "you said"),
+              ("The Women in Art exhibition I saw last month was my favorite.", "2023-03-08", "you said"),
+              ("I went to an art fair two months ago and bought a print.", "2023-03-08", "you said")]
+    question = "How many art-related events did I attend in the past month?"
+    reply = reckoning(question, "2023-03-08", quotes, reranker, [["2023-02-08", "2023-03-08"]])
+    lines = reply.splitlines()
+    assert lines[:2] == [COMPUTED, "3 found in what I read of your conversations (each counted once, oldest first):"], reply
+    assert sum("Women in Art" in line for line in lines) == 1 and not any("art fair" in line for line in lines)
+    assert not any("looking for" in line or "thinking of" in line for line in lines)
+
+
+def test_a_total_adds_the_figures_stated_across_sessions_once_each(reranker):
+    """The addends are in two sessions, the cover's price said twice (counted once); a plan and a range are no
+    addends; the reply states the sum, then each figure with its quote."""
+    quotes = [("I bought a waterproof car cover and it cost me $120.", "2023-05-20", "you said"),
+              ("By the way, the car cover I got for $120 has been great.", "2023-05-25", "you said"),
+              ("I got a detailing spray from Amazon for $20 that removed the tar stains.", "2023-05-28", "you said"),
+              ("I think I'll get the polisher that costs around $150.", "2023-05-28", "you said"),
+              ("Detailing kits seem to go for $60-$70 these days.", "2023-05-28", "you said")]
+    reply = reckoning("What is the total cost of the car cover and detailing spray I purchased?", "2023-05-30", quotes, reranker)
+    lines = reply.splitlines()
+    assert lines[:2] == [COMPUTED, "$140 in total, adding what your conversations state ($120 + $20; each figure counted once):"]
+    assert lines[2] == '- $120: 2023-05-20, you said: "I bought a waterproof car cover and it cost me $120."'
+    assert lines[3].startswith("- $20: 2023-05-28, you said:") and len(lines) == 4
+    numbers = [("I've completed three courses on Coursera so far.", "2023-05-23", "you said"),
+               ("Since I've completed two courses on edX, I know the format.", "2023-05-30", "you said"),
+               ("I've completed two courses on edX, which helped at work.", "2023-05-30", "you said")]
+    reply = reckoning("How many online courses have I completed in total?", "2023-05-31", numbers, reranker)
+    assert reply.splitlines()[1] == "5 in total, adding what your conversations state (3 courses + 2 courses; each figure counted once):"
+
+
+def test_a_difference_compares_the_two_figures_stated_in_two_sessions(reranker):
+    """Two sessions state the two figures (rates and bounds compared as said, a range left out, the price said
+    again once); a third figure of the same kind leaves which two are compared unknown: no computation."""
+    quotes = [("I booked a resort in Maui that costs over $300 per night.", "2023-05-24", "you said"),
+              ("I'd like to keep the hostels to $50-$75 per person.", "2023-05-24", "you said"),
+              ("I stayed in a hostel in Tokyo that cost $30 per night last January.", "2023-05-26", "you said"),
+              ("The Tokyo hostel at $30 per night was a bargain.", "2023-05-27", "you said")]
+    question = "How much more did I spend on accommodations per night in Hawaii compared to Tokyo?"
+    lines = reckoning(question, "2023-05-30", quotes, reranker).splitlines()
+    assert lines[:2] == [COMPUTED, "$270 apart, the two figures your conversations state ($300 − $30):"]
+    assert lines[2].startswith("- $300: 2023-05-24, you said:") and lines[3].startswith("- $30: 2023-05-26, you said:")
+    assert len(lines) == 4
+    japan = question.replace("Tokyo", "Japan")
+    assert reckoning(japan, "2023-05-30", quotes, reranker).splitlines()[1].startswith("$270 apart")
+    third = ("My cabin in Kyoto was $90 per night.", "2023-05-28", "you said")
+    assert reckoning(japan, "2023-05-30", [*quotes, third], reranker) == ""
+    marathon = [("My target time for the marathon was 4 hours and 10 minutes.", "2023-05-20", "you said"),
+                ("I finished the marathon in 4 hours and 22 minutes.", "2023-05-27", "you said")]
+    reply = reckoning("How many minutes did I exceed my target time by in the marathon?", "2023-05-30", marathon, reranker)
+    assert reply.splitlines()[1] == "12 minutes apart, the two figures your conversations state (262 minutes − 250 minutes):"
+
+
+def test_a_total_of_one_figure_is_no_sum(reranker):
+    quotes = [("I spent $45 on a new lamp.", "2023-05-20", "you said"), ("I love my new reading corner.", "2023-05-21", "you said")]
+    assert reckoning("What is the total amount I spent on the lamp?", "2023-05-30", quotes, reranker) == ""
+
+
+SISTER_GIFTS = [
+    make_session("s1", "2024-03-02", ["I bought my sister a silver necklace from Tiffany's for $200.", "What a lovely gift!"]),
+    make_session("s2", "2024-03-20", ["Any ideas for a weekend hike near Seattle?", "Try Rattlesnake Ledge."]),
+    make_session("s3", "2024-04-11", ["The necklace from Tiffany's was $200, and she wears it every day.", "Glad she loves it!"]),
+    make_session("s4", "2024-05-05", ["I also got my sister a spa gift card for $100 for her birthday.", "She must be thrilled."]),
+]
+
+
+def test_the_graph_sums_across_sessions_and_the_notes_carry_it(make_memory):
+    """A small memory: the amounts in three sessions, one repeated; the graph opens them, the notes end with the sum,
+    and the extractive reply states it."""
+    memory = make_memory()
+    memory.ingest(SISTER_GIFTS)
+    final, _ = run_graph("How much did I spend on gifts for my sister in total?", Context(), "2024/06/01 (Sat) 10:00", memory=memory)
+    assert final["answer"].splitlines()[:2] == [COMPUTED, "$300 in total, adding what your conversations state ($200 + $100; "
+                                                          "each figure counted once):"], final["answer"]
+    assert final["notes"].endswith("## Computed from the dated evidence\n" + final["answer"])
+
+
+def test_a_generative_answer_reads_the_sum_in_its_notes(make_memory):
+    """The generative path gets the same figures: with a chat model (scripted: routing only, it computes nothing),
+    the notes the answer prompt carries end with the sum and its addends."""
+    from graph_helpers import ScriptedChatModel
+
+    from apdmem.graph import Settings
+
+    model = ScriptedChatModel(script={"Reflection": [{"sufficient": False, "deepen": [
+        {"session_id": sid, "layer": "L3"} for sid in ("s1", "s3", "s4")]}]})
+    memory = make_memory(chat_model=model)
+    memory.ingest(SISTER_GIFTS)
+    final, _ = run_graph("How much did I spend on gifts for my sister in total?", Context(), settings=Settings(chat_model=model),
+                         memory=memory)
+    assert final["answer_mode"] == "generative" and final["reckoning"].splitlines()[1].startswith("$300 in total")
+    assert model.prompts_of("answer")[0].count("$300 in total, adding what your conversations state ($200 + $100") == 1
 
 
 def test_no_reckoning_without_a_computation_or_an_event(reranker):
