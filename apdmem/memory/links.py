@@ -183,17 +183,22 @@ class LinkTable:
         self._keep(session_id, [])
         for holder in list(self._holders.pop(session_id, ())):
             self._keep(holder, [l for l in self.kept[holder] if l.other != session_id])
+
     def dump(self) -> bytes:
-        table = {"format": FORMAT, "threshold": self.threshold,
-                 "links": {sid: [l.to_json() for l in links] for sid, links in sorted(self.kept.items())}}
-        return json.dumps(table, ensure_ascii=False).encode()
+        return json.dumps(self.part(sorted(self.kept)), ensure_ascii=False).encode()
+
+    def part(self, session_ids) -> dict:
+        """The links these sessions keep (an empty list for one that keeps none), JSON-ready, as `load` reads them: a
+        memory stores its table in parts, each in the index segment of the commit that changed them."""
+        return {"format": FORMAT, "threshold": self.threshold,
+                "links": {sid: [l.to_json() for l in self.kept.get(sid, [])] for sid in session_ids}}
 
     @classmethod
-    def load(cls, raw: bytes, sessions, threshold: float) -> LinkTable:
-        """The table `dump` wrote; ValueError when it is unreadable, was built at another threshold or names sessions
-        not in `sessions`."""
+    def load(cls, raw: bytes | dict, sessions, threshold: float) -> LinkTable:
+        """The table `dump` wrote, or parts of it (`part`, parsed) merged; ValueError when it is unreadable, was built at
+        another threshold or names sessions not in `sessions`."""
         try:
-            data = json.loads(raw)
+            data = json.loads(raw) if isinstance(raw, bytes) else raw
             if data["format"] != FORMAT:
                 raise ValueError(f"link table format {data['format']!r}")
             if data["threshold"] != threshold:
