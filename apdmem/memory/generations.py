@@ -3,11 +3,14 @@ may delete.
 
 A user's store holds, under ``users/<user>/``:
 
-- ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count, metadata) and the number of
-  the current *generation*;
-- ``index/<generation>/units.json`` and ``vectors.f32``: the L0 units and their vectors as saved by that
-  generation, and ``links.json``, the cross-session links (`apdmem.memory.links`) built from them (derived data:
-  rebuilt from the layers, the links from the index, when missing or damaged);
+- ``manifest.json``: the number of the current *generation* and the *segments* of its index, in order (a few
+  hundred bytes: the listing is in the segments);
+- ``index/<segment>/segment.json`` and ``vectors.f32``: a segment, written once by a commit and never changed: L0
+  units (without their texts) with their BM25 tokens, and their vectors, plain float32; the listing entries of
+  the sessions whose units it holds (date, turn count, content hash, unit count, metadata); and the link lists
+  (`apdmem.memory.links`) that the commit changed, by the session keeping them (a later segment's list replaces an
+  earlier one's). The index is the segments' units one after the other. Derived data: rebuilt from the layers, the
+  links from the index, when missing or damaged;
 - ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
   once read).
 
@@ -16,17 +19,37 @@ and, while a writer changes the files of some sessions, their ids under ``"unfin
 texts they embed.
 
 Writers (ingest, forget, the cache of L1/L2, a reindex's commit) hold the user's writer lock while they change
-the store, re-read the manifest under it, and write the manifest last; the work that takes long (models,
+the store, re-read the manifest under it (when it is the one this process read or wrote last, the generation it
+holds is current: nothing else is read), and write the manifest last; the work that takes long (models,
 embeddings) happens before the lock is taken, and a reindex saves the vectors it makes meanwhile without it
 (under ``reindex/``, which no reader reads). Before a writer creates, replaces or deletes the files of a session it names the
 session unfinished in the manifest (unlisting an old version); its commit lists the new version and clears the
 mark. So a writer killed at any moment leaves either files the manifest names as unfinished (debris) or a
 whole session still listed; and ``session.json`` is written last, so a folder with a readable one is whole.
 
+A commit writes what changed, not the history (`_plan`): new segments, numbered after the generation it replaces,
+then the manifest naming them, then it deletes the segments no longer named. Its new segment holds the sessions
+added or replaced (their units are the last of the index) and the link lists that changed; a segment holding a byte
+of a session that is gone (forgotten, or replaced: its old units, its entry, a link to it) is written again
+without it, in its place, so that forgetting leaves no byte of a session; and the segments at the end of the list
+are merged by eights while they are of one size (tier) and hold at most `SEGMENT_UNITS` units together (`_merged`).
+So a one-session commit writes that session's segment and a small manifest, whatever the history; a unit is
+written again about twice as its segment is merged; forgetting rewrites at most a segment's worth; and a user keeps
+a few dozen segments (fewer than eight small ones per tier, and full ones of 256 to 2,048 units). The merge is part
+of the commit that triggers it, under the same lock: readers never wait for it. Why segments and not one file
+per session: a commit then writes one file pair whatever it holds, a reader opens a few dozen files and not
+thousands, and a link list changed by a commit (new sessions are linked both ways) is written with it, not into
+the segment of the session that keeps it. In PostgreSQL each file is a row written in the writer's transaction.
+
 Readers never take the lock and never write (a read-only store serves them): they read the manifest, then the
-index files of its generation, and start over if a writer replaced that generation meanwhile. What a reader
-cannot use (a missing or unreadable manifest, an index that does not fit, a whole session left unlisted) is
-repaired by a writer; on a read-only store, in memory only.
+segments it names (immutable: a number is never reused once named), and start over if a writer replaced the
+generation meanwhile (a segment it names is gone). What a reader cannot use (a missing or unreadable manifest, an
+index that does not fit, a whole session left unlisted) is repaired by a writer, which writes the index whole
+again; on a read-only store, in memory only.
+
+Format 2 (before segments: the listing in the manifest, ``index/<generation>/units.json``, ``vectors.f32`` and
+``links.json`` holding the whole index) is read as it is; the first write (any writer, or the sweep of a start-up
+that finds debris) writes its index as segments in a commit of its own, the same units in the same order.
 
 `Generations` is the only code that deletes anything from a user's store (besides `migrate`, which replaces
 a user of its target wholesale on the operator's request), and `Generations._debris` is the one rule for what
@@ -379,7 +402,7 @@ class Generations:
             segments.append(planned)
         manifest["generation"] = max(first, number - 1)
         committed = self._save_manifest(Generation(None, manifest, index, links, segments))
-        self.store.delete(self._debris(committed)[0])
+        self.store.delete(self._debris(committed, walk=False)[0])  # the sweeps walk the whole folder for leftovers
         return committed
 
     def _write_segment(self, number: int, part: _Part, index: UnitIndex, rows: dict[str, list[int]], listing: dict,
@@ -498,9 +521,10 @@ class Generations:
 
     # --- what may be deleted ----------------------------------------------------------------------------------
 
-    def _debris(self, generation: Generation) -> tuple[list[str], list[str]]:
+    def _debris(self, generation: Generation, *, walk: bool = True) -> tuple[list[str], list[str]]:
         """THE rule for what may be deleted from a user's store (nothing else ever is): what a killed writer
-        provably left. Returns (keys, leftovers):
+        provably left. Returns (keys, leftovers); the leftovers only with `walk` (they are found by walking every
+        folder of the user):
 
         - index files of segments the manifest does not name (a manifest must be stored: without one, no index
           file is known to be old): a commit killed before its manifest was written left them, or a later commit
@@ -526,7 +550,7 @@ class Generations:
         if generation.raw is not None:
             done = _space_tag(recorded_space(manifest.get("embeddings")))
             keys += [k for k in self.store.keys("reindex/") if k.split("/")[1] == done or k.split("/")[-1] not in listed]
-        return keys, self.store.leftovers()
+        return keys, self.store.leftovers() if walk else []
 
     @staticmethod
     def index_keys(generation: Generation) -> list[str]:

@@ -12,8 +12,8 @@ or hold units that say nearly the same thing, and each link says why:
 `strength` is their mean. Each session keeps its `LINKS_PER_SESSION` strongest links at or above the threshold of
 the memory's embedding space (`threshold`: cosines run higher in some spaces than in others), lowered in a memory
 of fewer than `FULL_SIZE` sessions (`small_discount`: there every word is rare, so the overlap of two sessions about
-one subject comes out lower); a link stands when either of its sessions keeps it. The table is derived data saved beside the index of each
-generation (``index/<generation>/links.json``: old generations' tables are debris like their index files) and
+one subject comes out lower); a link stands when either of its sessions keeps it. The table is derived data saved with the index, in parts
+(`LinkTable.part`: each commit writes the lists it changed into its index segment, `apdmem.memory.generations`), and
 rebuilt from the index when missing, damaged or built at another threshold.
 
 A new session is compared with its *candidates*, the sessions the index finds near it, not with every session:
