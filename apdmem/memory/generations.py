@@ -39,7 +39,10 @@ a few dozen segments (fewer than eight small ones per tier, and full ones of 256
 of the commit that triggers it, under the same lock: readers never wait for it. Why segments and not one file
 per session: a commit then writes one file pair whatever it holds, a reader opens a few dozen files and not
 thousands, and a link list changed by a commit (new sessions are linked both ways) is written with it, not into
-the segment of the session that keeps it. In PostgreSQL each file is a row written in the writer's transaction.
+the segment of the session that keeps it. Why a removal rewrites segments rather than recording a tombstone:
+forgetting must leave no byte of the session, and so no segment keeps dead units (only link lists that a later
+segment replaced, dropped when their segment is merged or written again), and no compaction for dead data is
+needed. In PostgreSQL each file is a row written in the writer's transaction.
 
 Readers never take the lock and never write (a read-only store serves them): they read the manifest, then the
 segments it names (immutable: a number is never reused once named), and start over if a writer replaced the
