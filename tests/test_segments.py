@@ -199,3 +199,24 @@ def test_a_format_2_memory_is_read_as_it_is_and_written_as_segments_by_its_next_
     assert same_index(reader, old) and sorted(reader.session_ids()) == sorted(s.session_id for s in sessions[:13])
     reader.forget(sessions[12].session_id)
     assert results(reader) == expected
+
+
+def test_a_reader_reads_only_the_segments_another_writer_added(store_location, sessions, make_memory, monkeypatch):
+    writer, reader = make_memory(store=store_location), make_memory(store=store_location)
+    writer.ingest(sessions[:30])
+    reader.refresh()
+    reads = []
+    get_many = UserStore.get_many
+    monkeypatch.setattr(UserStore, "get_many", lambda store, keys: reads.extend(keys) or get_many(store, keys))
+    for session in sessions[30:40]:  # the eighth one-session commit merges the last eight segments
+        writer.ingest([session])
+        reads.clear()
+        reader.refresh()
+        number = stored_manifest(store_location)["segments"][-1]
+        merged = len(segment(store_location, number)["sessions"]) > 1
+        index_reads = sorted(k for k in reads if k.startswith("index/"))
+        assert merged or index_reads == [f"index/{number}/segment.json", f"index/{number}/vectors.f32"]
+        fresh = make_memory(store=store_location)
+        assert same_index(reader, fresh) and reader.manifest["sessions"] == fresh.manifest["sessions"]
+        assert reader.links() == fresh.links() == writer.links()
+    assert results(reader) == results(fresh) == results(writer)

@@ -46,7 +46,8 @@ needed. In PostgreSQL each file is a row written in the writer's transaction.
 
 Readers never take the lock and never write (a read-only store serves them): they read the manifest, then the
 segments it names (immutable: a number is never reused once named), and start over if a writer replaced the
-generation meanwhile (a segment it names is gone). What a reader cannot use (a missing or unreadable manifest, an
+generation meanwhile (a segment it names is gone). A process that holds a generation and finds its segments
+followed by new ones (another process committed sessions) reads only those. What a reader cannot use (a missing or unreadable manifest, an
 index that does not fit, a whole session left unlisted) is repaired by a writer, which writes the index whole
 again; on a read-only store, in memory only.
 
@@ -76,7 +77,7 @@ import numpy as np
 
 from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError, warn_once
 from apdmem.memory import layers
-from apdmem.memory.index import UnitIndex
+from apdmem.memory.index import UnitIndex, make_lexical
 from apdmem.memory.links import LinkTable, threshold
 from apdmem.memory.records import Session, Unit, check_id
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
@@ -118,8 +119,9 @@ class Segment:
 
     number: int
     listing: dict[str, dict]  # the sessions whose units it holds, in the order of their units, with their entries
-    links: dict[str, list]  # link lists as stored (`LinkTable.part`), by the session keeping them
+    links: dict[str, list]  # link lists as stored, by the session keeping them
     units: int
+    part: object = None  # the link lists as stored, with their format and threshold (`LinkTable.part`)
     names: frozenset[str] = field(init=False)  # every session it holds a byte of: its own, and those of its links
 
     def __post_init__(self) -> None:
@@ -252,7 +254,7 @@ class Generations:
     def _generation(self, raw: bytes | None, need_links: bool = True) -> Generation:
         manifest = self.parse_manifest(raw)
         try:
-            index, links, segments = self._stored_index(manifest)
+            index, links, segments = self._stored_index(manifest, self.current)
         except ValueError as damage:
             if self.store.get("manifest.json") != raw:
                 raise Stale() from None  # a writer replaced what this manifest names meanwhile
@@ -280,16 +282,25 @@ class Generations:
             raise Damaged(f"listed sessions without their files: {', '.join(missing)}")
         return Generation(raw, manifest, index, links, segments)
 
-    def _stored_index(self, manifest: dict) -> tuple[UnitIndex | None, LinkTable | None, list[Segment] | None]:
+    def _stored_index(self, manifest: dict, base: Generation | None = None
+                      ) -> tuple[UnitIndex | None, LinkTable | None, list[Segment] | None]:
         """The index and link table the manifest names, and its segments (None: a format-2 index, stored whole). Fills
         the manifest's listing from the segments. The link table is None when missing, damaged or built at another
-        threshold than the manifest's space's; ValueError (saying what) when the index cannot be read."""
+        threshold than the manifest's space's; ValueError (saying what) when the index cannot be read.
+
+        When the segments of `base` (a generation read or committed before) come first, unchanged (another process
+        committed sessions meanwhile), only the segments after them are read: the index is a copy of base's with
+        their units added after its own, as a whole read would make it."""
         if manifest.get("format", FORMAT) != FORMAT:
             return self._whole_index(manifest)
         names, manifest["sessions"] = manifest.pop("segments", []), {}
-        values = self.store.get_many([f"index/{n}/{name}" for n in names for name in (SEGMENT, VECTORS)])
-        parts, segments, listing, links = [], [], {}, {}
-        for number, table, vectors in zip(names, values[::2], values[1::2]):
+        known = _reusable(base, names)
+        values = self.store.get_many([f"index/{n}/{name}" for n in names[len(known) :] for name in (SEGMENT, VECTORS)])
+        parts, segments, listing, links = [], list(known), {}, {}
+        for segment in known:
+            listing.update(segment.listing)
+            _lay_over(links, segment.part)
+        for number, table, vectors in zip(names[len(known) :], values[::2], values[1::2]):
             if table is None or vectors is None:
                 raise ValueError(f"index segment {number} is missing")
             try:
@@ -299,24 +310,31 @@ class Generations:
                     raise ValueError("listing entries damaged or repeated")
                 _lay_over(links, own_links)
                 own_lists = own_links.get("links") if isinstance(own_links, dict) else None
-                segment = Segment(number, own, own_lists if isinstance(own_lists, dict) else {}, len(data["units"]))
+                segment = Segment(number, own, own_lists if isinstance(own_lists, dict) else {}, len(data["units"]),
+                                  own_links)
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
                 raise ValueError(f"index segment {number} is damaged: {exc}") from None
             listing.update(own)
             parts.append((data, vectors))
             segments.append(segment)
-        if not parts:
+        if not segments:
             return None, None, segments
         try:
-            index = UnitIndex.load_parts(parts, self.lexical)
+            index = UnitIndex.load_parts(parts, self.lexical) if parts else None
         except ValueError as exc:
             raise ValueError(f"index of generation {manifest['generation']} is damaged: {exc}") from None
         start = 0
-        for segment in segments:  # each segment holds the units of the sessions it lists, and only those
+        for segment in segments[len(known) :]:  # each segment holds the units of the sessions it lists, and only those
             held = Counter(u.session_id for u in index.units[start : start + segment.units])
             if held != {s: m["units"] for s, m in segment.listing.items() if m["units"]}:
                 raise ValueError(f"index segment {segment.number} does not match its listing")
             start += segment.units
+        if known:
+            total = len(base.index.units) + len(index.units)
+            if type(make_lexical(self.lexical, total)) is not type(base.index.lexical):  # a whole read picks another
+                manifest["segments"] = names
+                return self._stored_index(manifest)
+            index = base.index.compact().extended(index)
         manifest["sessions"] = listing
         try:
             table = LinkTable.load(links, listing, threshold(recorded_space(manifest.get("embeddings"))))
@@ -417,7 +435,7 @@ class Generations:
         table["links"] = links.part(part.links)
         self.store.put({f"index/{number}/{SEGMENT}": json.dumps(table, ensure_ascii=False).encode(),
                         f"index/{number}/{VECTORS}": vectors})
-        return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]))
+        return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]), table["links"])
 
     def _save_manifest(self, generation: Generation) -> Generation:
         """Write the manifest of a generation whose segments are stored: what makes it current."""
@@ -840,6 +858,16 @@ def _merged(plan: list[Segment | _Part], listing: dict) -> list[Segment | _Part]
 def _tier(units: int) -> int:
     """The tier of a segment of this many units: 0 below `TIER_UNITS`, then one more per `MERGE_FANOUT` times as many."""
     return 0 if units < TIER_UNITS else 1 + int(math.log(units / TIER_UNITS, MERGE_FANOUT) + 1e-9)
+
+
+def _reusable(base: Generation | None, names: list[int]) -> list[Segment]:
+    """The segments of `base`, all of them, when they come first in `names` (followed by others) and its index holds
+    them; else none."""
+    if base is None or not base.segments or base.index is None or not base.index.alive.all():
+        return []
+    if [segment.number for segment in base.segments] != names[: len(base.segments)] or len(base.segments) == len(names):
+        return []
+    return base.segments
 
 
 def _lay_over(table: dict, part: object) -> None:

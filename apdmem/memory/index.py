@@ -331,6 +331,19 @@ class UnitIndex:
         index.dense.add(np.concatenate(vectors), rows)
         return index
 
+    def extended(self, other: UnitIndex) -> UnitIndex:
+        """This index with the units of `other` added after its own (with their tokens and vectors), as `load_parts`
+        would make it of both at once."""
+        rows = other.dense.rows + len(self.units)
+        self.units.extend(other.units)
+        self.tokens.extend(other.tokens)
+        if self._units_with is not None:
+            self._units_with.update(chain.from_iterable(map(set, other.tokens)))
+        self.alive = np.concatenate([self.alive, other.alive])
+        self.lexical.add(other.tokens)
+        self.dense.add(other.dense.vectors(), rows.tolist())
+        return self
+
     def remove(self, session_id: str) -> None:
         for row, unit in enumerate(self.units):
             if unit.session_id == session_id:
