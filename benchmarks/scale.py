@@ -42,7 +42,9 @@ from pathlib import Path
 import numpy as np
 
 from apdmem.memory import Memory, load_longmemeval
-from apdmem.memory.generations import Generations
+from apdmem.memory.backends import open_store
+from apdmem.memory.generations import Damaged, Generations
+from apdmem.memory.migrate import stored_users
 from apdmem.memory.records import Session
 from apdmem.memory.store import UserStore
 from apdmem.models import get_embeddings
@@ -75,31 +77,32 @@ def sessions_for(sessions: list[Session], n: int, offset: int = 0) -> list[Sessi
 
 def seed_vectors(root: str) -> int:
     """Fill the embedded model's per-text cache from a file store of the same space: the vectors of each user's index,
-    matched to their texts through the units of its sessions' L0.json (the index's table leaves the texts out)."""
+    matched to their texts through the units of its sessions' L0.json (the index leaves the texts out)."""
     embeddings, seeded = get_embeddings("local", None), 0
-    for manifest_path in Path(root).glob("users/*/manifest.json"):
-        manifest = json.loads(manifest_path.read_bytes())
-        if manifest.get("embeddings") not in ("local", embeddings.model.space):
+    store = open_store(root, existing=True)
+    for user_id in stored_users(root):
+        user = UserStore(store, user_id)
+        raw = user.get("manifest.json")
+        generations = Generations(user, space=embeddings.model.space, lexical="auto", dimension=None, embed=None,
+                                  window=4, stride=2, reindexing=True)
+        if not generations.own_space(json.loads(raw)):
             continue
-        user = manifest_path.parent
-        folder = user / "index" / str(manifest["generation"])
         try:
-            table = json.loads((folder / "units.json").read_bytes())
-            vectors = np.frombuffer((folder / "vectors.f32").read_bytes(), dtype="<f4").reshape(-1, table["dimension"])
-        except (OSError, ValueError, KeyError):
+            generation = generations.read(raw, need_links=False)
+        except Damaged:
             continue
-        texts = {}
-        for layer in user.glob("sessions/*/L0.json"):
-            for unit in json.loads(layer.read_bytes()):
-                texts[(unit["session_id"], unit["start"], unit["end"])] = unit["embed_texts"]
+        index, texts = generation.index, {}
+        for sid in generation.manifest["sessions"] if index is not None else ():
+            for unit in generations.read_units(sid, repair=False):
+                texts[(unit.session_id, unit.start, unit.end)] = unit.embed_texts
         # Each unit's vectors follow one another, in the order of its embed_texts (as `UnitIndex.add` adds them).
         previous, k = None, 0
-        for position, row in enumerate(table["vector_units"]):
+        for vector, row in zip(index.dense.vectors(), index.dense.rows.tolist()):
             k = k + 1 if row == previous else 0
-            previous, unit = row, table["units"][row]
-            own = texts.get((unit["session_id"], unit["start"], unit["end"]), [])
+            previous, unit = row, index.units[row]
+            own = texts.get((unit.session_id, unit.start, unit.end), [])
             if k < len(own):
-                embeddings._cache[hashlib.blake2b(own[k].encode(), digest_size=16).digest()] = vectors[position].copy()
+                embeddings._cache[hashlib.blake2b(own[k].encode(), digest_size=16).digest()] = vector.copy()
                 seeded += 1
     return seeded
 

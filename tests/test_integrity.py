@@ -201,6 +201,15 @@ def generation_of(folder: Path) -> int:
     return json.loads((folder / "manifest.json").read_text())["generation"]
 
 
+def edit_listing(folder: Path, change) -> None:
+    """Change the listing of a user's memory of one segment (one commit) in place: `change(entries, segment)`."""
+    (number,) = json.loads((folder / "manifest.json").read_text())["segments"]
+    path = folder / "index" / str(number) / "segment.json"
+    segment = json.loads(path.read_text())
+    change(segment["sessions"], segment)
+    path.write_text(json.dumps(segment))
+
+
 def cli(capsys, *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(list(args))
@@ -248,11 +257,11 @@ def test_a_planted_faiss_file_never_reaches_outside_the_memory_directory(stored,
 
 
 DAMAGE = {
-    "garbage unit table": lambda f, n: (f / "index" / str(n) / "units.json").write_bytes(b"\x00\x01garbage"),
+    "garbage unit table": lambda f, n: (f / "index" / str(n) / "segment.json").write_bytes(b"\x00\x01garbage"),
     "truncated vectors": lambda f, n: (f / "index" / str(n) / "vectors.f32").write_bytes((f / "index" / str(n) / "vectors.f32").read_bytes()[:999]),
-    "empty unit table": lambda f, n: (f / "index" / str(n) / "units.json").write_bytes(b""),
-    "unit table of the wrong shape": lambda f, n: (f / "index" / str(n) / "units.json").write_text('{"dimension": 384, "units": 7}'),
-    "deeply nested unit table": lambda f, n: (f / "index" / str(n) / "units.json").write_bytes(b"[" * 100_000 + b"]" * 100_000),
+    "empty unit table": lambda f, n: (f / "index" / str(n) / "segment.json").write_bytes(b""),
+    "unit table of the wrong shape": lambda f, n: (f / "index" / str(n) / "segment.json").write_text('{"dimension": 384, "units": 7}'),
+    "deeply nested unit table": lambda f, n: (f / "index" / str(n) / "segment.json").write_bytes(b"[" * 100_000 + b"]" * 100_000),
     "index files gone": lambda f, n: [p.unlink() for p in (f / "index" / str(n)).iterdir()],
     "garbage manifest": lambda f, n: (f / "manifest.json").write_bytes(b"{not json"),
     "manifest of the wrong shape": lambda f, n: (f / "manifest.json").write_text('{"format": 2, "generation": 3, "sessions": [1, 2]}'),
@@ -291,7 +300,7 @@ def test_an_unreadable_l0_is_rebuilt_from_the_messages(stored, capsys, content):
     assert code == 0 and "## Turns 1-4" in out and "Biscuit" in out
     assert "L0 of session 's-dog'" in err and len(err.strip().splitlines()) == 1
     assert json.loads((folder / "sessions" / "s-dog" / "L0.json").read_text())[0]["session_id"] == "s-dog"  # written back
-    (folder / "index" / str(generation_of(folder)) / "units.json").write_bytes(b"")  # a rebuild reads every L0
+    (folder / "index" / str(generation_of(folder)) / "segment.json").write_bytes(b"")  # a rebuild reads every L0
     (folder / "sessions" / "s-bread" / "L0.json").write_text(content)
     code, out, _ = cli(capsys, "search", "sourdough starter rye flour", "--user", "alice", "--store", str(directory))
     assert code == 0 and out.startswith("1. s-bread")
@@ -329,10 +338,12 @@ def test_nothing_outside_the_users_namespace_is_read(stored):
     directory, folder = stored
     store = open_store(directory)
     Memory("bob", store=store, l0_mode="raw").ingest([make_session("s-secret", "2024-01-01T00:00", ["My PIN is 4921.", "Noted."])])
-    manifest = json.loads((folder / "manifest.json").read_text())
-    for sid in ("../bob/sessions/s-secret", "../../users/bob", "/etc/passwd", ".", "users/bob"):
-        manifest["sessions"][sid] = dict(manifest["sessions"]["s-dog"])
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    def plant(entries, segment):
+        for sid in ("../bob/sessions/s-secret", "../../users/bob", "/etc/passwd", ".", "users/bob"):
+            entries[sid] = {**entries["s-dog"], "units": 0}
+
+    edit_listing(folder, plant)
     read = []
     mget = store.mget
     store.mget = lambda keys: read.extend(keys) or mget(keys)
@@ -565,9 +576,18 @@ def test_a_missing_manifest_lists_every_session_again(two_users, capsys):
 def test_an_intact_session_missing_from_a_readable_listing_is_listed_again(stored, capsys):
     directory, folder = stored
     bob_unchanged = beside_bob(directory)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    del manifest["sessions"]["s-dog"]  # e.g. a manifest restored from an older backup
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    def unlist(entries, segment):  # e.g. an index restored from an older backup
+        del entries["s-dog"]
+        rows = segment["vector_units"]
+        kept = [i for i, unit in enumerate(segment["units"]) if unit["session_id"] != "s-dog"]
+        path = folder / "index" / str(generation_of(folder)) / "vectors.f32"
+        vectors = np.frombuffer(path.read_bytes(), "<f4").reshape(len(rows), -1)
+        path.write_bytes(vectors[[r in kept for r in rows]].tobytes())
+        segment["vector_units"] = [kept.index(r) for r in rows if r in kept]
+        segment["units"], segment["tokens"] = [segment["units"][i] for i in kept], [segment["tokens"][i] for i in kept]
+
+    edit_listing(folder, unlist)
     code, sessions, err = listed(capsys, directory)
     assert code == 0 and sessions == list(HISTORY) and "listed again: s-dog" in err and len(err.strip().splitlines()) == 1
     code, out, _ = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
@@ -595,9 +615,9 @@ def test_an_index_of_another_dimension_is_rebuilt(stored, capsys):
     directory, folder = stored
     bob_unchanged = beside_bob(directory)
     index = folder / "index" / str(generation_of(folder))
-    table = json.loads((index / "units.json").read_text())
+    table = json.loads((index / "segment.json").read_text())
     table["dimension"] = 8
-    (index / "units.json").write_text(json.dumps(table))
+    (index / "segment.json").write_text(json.dumps(table))
     (index / "vectors.f32").write_bytes(np.ones((len(table["vector_units"]), 8), "<f4").tobytes())
     code, out, err = cli(capsys, "search", "What is my dog's name?", "--user", "alice", "--store", str(directory))
     assert code == 0 and out.startswith("1. s-dog"), err
@@ -693,7 +713,7 @@ def read_only_mounts() -> bool:
 @pytest.mark.skipif(not read_only_mounts(), reason="needs unshare and mount (root in a mount namespace)")
 def test_a_read_only_directory_serves_reads_and_refuses_writes_in_one_line(stored, tmp_path):
     directory, folder = stored
-    (folder / "index" / str(generation_of(folder)) / "units.json").write_bytes(b"garbage")  # a reader repairs in memory
+    (folder / "index" / str(generation_of(folder)) / "segment.json").write_bytes(b"garbage")  # a reader repairs in memory
     before = files(directory)
     store = ["--user", "alice", "--store", str(directory)]
     code, out, err = run_read_only(directory, "sessions", *store)
@@ -736,7 +756,7 @@ def test_an_immutable_directory_serves_reads_and_refuses_writes_in_one_line(stor
 def test_a_damaged_immutable_store_is_repaired_in_memory_with_one_warning_per_process(stored, caplog):
     """Issue 30 item 5: each open of a read-only store repaired the damage in memory again, and warned again."""
     directory, folder = stored
-    (folder / "index" / str(generation_of(folder)) / "units.json").write_bytes(b"garbage")
+    (folder / "index" / str(generation_of(folder)) / "segment.json").write_bytes(b"garbage")
     if not chattr("+i", directory):
         pytest.skip("chattr +i is not supported here")
     try:
@@ -887,22 +907,22 @@ def test_migrate_copies_a_memory_without_a_link_table_and_the_copy_rebuilds_it(t
     memory = Memory("alice", store=str(source), l0_mode="raw")
     memory.ingest([make_session(s, d, t) for s, (d, t) in HISTORY.items()])
     expected = memory.links()
-    (table,) = (source / "users" / "alice" / "index").glob("*/links.json")
-    table.unlink()
+    edit_listing(source / "users" / "alice", lambda entries, segment: segment.pop("links"))
     before = files(source)
     code, out, err = cli(capsys, "migrate", "--from", str(source), "--to", str(target), "--quiet")
     assert code == 0 and out.count("verified") == 1, err
     assert files(source) == before
     copy = Memory("alice", store=str(target), l0_mode="raw")
     assert copy.session_ids() == list(HISTORY) and copy.links() == expected
-    assert list((target / "users" / "alice" / "index").glob("*/links.json"))
+    (segment,) = (target / "users" / "alice" / "index").glob("*/segment.json")
+    assert json.loads(segment.read_text())["links"]["threshold"] == copy.generations.link_threshold  # built again
 
 
 # ------------------------------------------------------------------------ round three (issue 30): planted files
 
 
 PLANTED_DIRECTORIES = {  # where a directory is planted, in alice's folder
-    "links.json": lambda folder: folder / "index" / str(generation_of(folder)) / "links.json",
+    "segment.json": lambda folder: folder / "index" / str(generation_of(folder)) / "segment.json",
     "session.json": lambda folder: folder / "sessions" / "s-dog" / "session.json",
     "manifest.json": lambda folder: folder / "manifest.json",
     ".lock": lambda folder: folder / ".lock",
@@ -911,7 +931,7 @@ PLANTED_DIRECTORIES = {  # where a directory is planted, in alice's folder
 
 @pytest.mark.parametrize("planted", PLANTED_DIRECTORIES)
 def test_a_directory_planted_where_a_file_belongs_is_rebuilt_or_named_in_one_line(stored, capsys, tmp_path, planted):
-    """Issue 30 item 6: each bricked alice ("Is a directory") for good. Now the link table, derived, is rebuilt
+    """Issue 30 item 6: each bricked alice ("Is a directory") for good. Now a segment of the index, derived, is rebuilt
     (the planted folder goes with its old generation); a session.json or a manifest, which are not, are read
     around (the session from its L3.md, the listing from the sessions) and a write fails in one line naming the
     folder, which is never deleted. bob, beside her, reads and writes throughout."""
@@ -928,7 +948,7 @@ def test_a_directory_planted_where_a_file_belongs_is_rebuilt_or_named_in_one_lin
     assert code == 0 and out.startswith("1. s-dog"), err
     more = write_file(tmp_path / "more.json", [make_session("s-new", "2024-06-01T10:00", ["I learned to juggle.", "Nice!"])])
     result = cli(capsys, "ingest", str(more), "--user", "alice", "--store", str(directory), "--l0-mode", "raw", "--quiet")
-    if planted == "links.json":
+    if planted == "segment.json":
         assert result[0] == 0 and not path.exists(), result
         assert listed(capsys, directory)[1] == [*HISTORY, "s-new"]
         assert {(l.session_id, l.other) for l in links} <= {(l.session_id, l.other) for l in Memory("alice", store=str(directory), l0_mode="raw").links()}
@@ -952,9 +972,9 @@ def test_a_hard_link_planted_in_a_users_folder_is_never_read_nor_deleted(stored,
     (folder / "sessions" / "b-1").mkdir()
     for name in ("session.json", "L3.md", "L0.json"):
         os.link(bob / "sessions" / "b-1" / name, folder / "sessions" / "b-1" / name)
-    table = folder / "index" / str(generation_of(folder)) / "links.json"
+    table = folder / "index" / str(generation_of(folder)) / "segment.json"
     table.unlink()
-    os.link(next(bob.glob("index/*/links.json")), table)
+    os.link(next(bob.glob("index/*/segment.json")), table)
     for _ in range(2):  # opened twice: a writer's repair and sweep run, and still nothing of bob's is read
         memory = Memory("alice", store=str(directory), l0_mode="raw")
         assert memory.session_ids() == list(HISTORY)

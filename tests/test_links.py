@@ -125,14 +125,15 @@ STRENGTHS = {"NaN strength": float("nan"), "infinite strength": float("inf"), "n
 def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(store_location, history, caplog, damage):
     Memory("alice", store=store_location, l0_mode="raw").ingest(history)
     before = stored(store_location)
-    links_key = next(k for k in before if k.endswith("/links.json"))
+    (segment_key,) = [k for k in before if k.endswith("/segment.json")]  # one commit: one segment, holding the links
+    segment = json.loads(before[segment_key])
     store = UserStore(open_store(store_location), "alice")
     if damage == "missing":
-        store.delete([links_key])
+        del segment["links"]
     elif damage == "garbage":
-        store.put({links_key: b"\x00garbage"})
+        segment["links"] = "\x00garbage"
     else:
-        table = json.loads(before[links_key])
+        table = segment["links"]
         if damage == "another threshold":  # e.g. built before the threshold of the memory's space changed
             table["threshold"] += 0.1
         elif damage in STRENGTHS:  # issue 30 item 8: a NaN strength was accepted
@@ -140,7 +141,7 @@ def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(sto
             link[2 if damage.startswith("similarity") else 1] = STRENGTHS[damage]
         else:
             table["links"]["s-gone"] = [["s-shop1", 0.9, 0.9, 0.9, []]]
-        store.put({links_key: json.dumps(table).encode()})
+    store.put({segment_key: json.dumps(segment, ensure_ascii=False).encode()})
     with caplog.at_level(logging.WARNING, logger="apdmem"):
         memory = Memory("alice", store=store_location, l0_mode="raw")
         assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
@@ -151,16 +152,15 @@ def test_a_damaged_or_missing_link_table_is_rebuilt_and_nothing_else_changes(sto
     assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
 
 
-def test_the_link_table_of_another_generation_is_debris_like_its_index_files(store_location, history):
+def test_segments_the_manifest_does_not_name_are_debris(store_location, history):
     Memory("alice", store=store_location, l0_mode="raw").ingest(history)
     before = stored(store_location)
-    current = next(k for k in before if k.endswith("/links.json")).split("/")[1]
+    current = next(k for k in before if k.endswith("/segment.json")).split("/")[1]
     store = UserStore(open_store(store_location), "alice")
-    old = [f"index/{int(current) + 7}/{name}" for name in ("units.json", "vectors.f32", "links.json")]
-    store.put({old[0]: before[f"index/{current}/units.json"], old[1]: before[f"index/{current}/vectors.f32"],
-               old[2]: before[f"index/{current}/links.json"]})
-    orphan = f"index/{int(current) + 8}/links.json"  # a link table alone, as a writer killed between two puts may leave
-    store.put({orphan: before[f"index/{current}/links.json"]})
+    store.put({f"index/{int(current) + 7}/{name}": before[f"index/{current}/{name}"] for name in ("segment.json", "vectors.f32")})
+    orphan = f"index/{int(current) + 8}/segment.json"  # a segment half written, as a writer killed between two puts may leave
+    store.put({orphan: before[f"index/{current}/segment.json"]})
+    store.put({f"index/{int(current) - 1}/links.json": b"{}"})  # a link table of format 2
     memory = Memory("alice", store=store_location, l0_mode="raw")  # opening a store sweeps what killed writers left
     assert stored(store_location) == before
     assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}

@@ -200,27 +200,28 @@ def test_reopened_memory_gives_identical_results_without_rebuilding(make_memory,
     assert answers(reopened) == answers(memory)
 
 
-@pytest.mark.parametrize("damage", ["no units", "no vectors", "older generation", "newer generation"])
+@pytest.mark.parametrize("damage", ["no table", "no vectors", "a segment not there", "a segment named twice"])
 def test_stale_index_is_rebuilt_on_open(make_memory, history, tmp_path, monkeypatch, damage):
     memory = make_memory(store=open_store(tmp_path))
     memory.ingest(history)
     user = UserStore(open_store(tmp_path), "alice")
     manifest = user.get_json("manifest.json")
-    number = manifest["generation"]
-    if damage == "no units":
-        user.delete([f"index/{number}/units.json"])
+    (number,) = manifest["segments"]
+    if damage == "no table":
+        user.delete([f"index/{number}/segment.json"])
     elif damage == "no vectors":
         user.delete([f"index/{number}/vectors.f32"])
-    else:  # the manifest names a generation whose index is not there (e.g. copied from elsewhere)
-        manifest["generation"] += -1 if damage == "older generation" else 1
+    else:  # the manifest names a segment that is not there (e.g. copied from elsewhere), or one segment twice
+        manifest["generation"] += 1
+        manifest["segments"].append(number + 1 if damage == "a segment not there" else number)
         user.put_json({"manifest.json": manifest})
     repaired, repair = [], Generations.repair
     monkeypatch.setattr(Generations, "repair", lambda self, raw, why: repaired.append(why) or repair(self, raw, why))
     reopened = make_memory(store=open_store(tmp_path))
-    assert len(repaired) == 1 and "index of generation" in repaired[0]
+    assert len(repaired) == 1 and ("index segment" in repaired[0] or "manifest.json is unreadable" in repaired[0])
     assert answers(reopened) == answers(memory)
     assert sorted(user.keys("index/")) == [f"index/{reopened.manifest['generation']}/{name}"
-                                           for name in ("links.json", "units.json", "vectors.f32")]
+                                           for name in ("segment.json", "vectors.f32")]
 
 
 def test_other_embeddings_are_refused(make_memory, history, tmp_path, monkeypatch):

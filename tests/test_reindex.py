@@ -118,12 +118,13 @@ def test_reindex_re_embeds_every_unit_and_keeps_every_layer(stored, capsys):
 
     assert layers_of(stored) == layers  # L0 to L3 byte for byte
     manifest = json.loads(UserStore(open_store(stored), "alice").get("manifest.json"))
-    assert manifest["embeddings"] == BGE and manifest["sessions"] == listing
-    assert sorted(UserStore(open_store(stored), "alice").keys("index/")) == [f"index/{manifest['generation']}/{name}"
-                                                                             for name in ("links.json", "units.json", "vectors.f32")]
-    links_table = json.loads(UserStore(open_store(stored), "alice").get(f"index/{manifest['generation']}/links.json"))
-    assert links_table["threshold"] == threshold(BGE) != threshold(OTHER)  # linked again at bge's threshold
     memory = Memory("alice", store=stored, embeddings=BGE)
+    assert manifest["embeddings"] == BGE and memory.manifest["sessions"] == listing
+    (segment,) = manifest["segments"]  # the whole index written again, in one segment
+    assert sorted(UserStore(open_store(stored), "alice").keys("index/")) == [f"index/{segment}/{name}"
+                                                                             for name in ("segment.json", "vectors.f32")]
+    links_table = json.loads(UserStore(open_store(stored), "alice").get(f"index/{segment}/segment.json"))["links"]
+    assert links_table["threshold"] == threshold(BGE) != threshold(OTHER)  # linked again at bge's threshold
     assert memory.index.dimension == 384 and len(memory.index) == 14
     vectors = memory.index.dense.vectors()
     stored_units = {(u.session_id, u.start): u for sid in memory.session_ids() for u in memory.units(sid)}  # L0, with texts
@@ -224,7 +225,7 @@ def test_a_reindex_killed_while_it_writes_leaves_the_old_memory_readable(stored,
     marker = tmp_path / "index-written"
     killed(KILLED_REINDEX, stored, marker)
     if not stored.startswith("postgresql://"):  # on files the new generation's index was on disk, not yet current
-        assert len(without_staged(snapshot(stored, "alice"))) == len(before) + 3  # units.json, vectors.f32, links.json
+        assert len(without_staged(snapshot(stored, "alice"))) == len(before) + 2  # segment.json, vectors.f32
 
     memory = Memory("alice", store=stored, embeddings=Rotated())  # the old generation, as it was; the killed writer's files swept
     assert memory.search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"
@@ -284,12 +285,13 @@ def test_reindex_reports_what_a_repair_rebuilt_and_why(stored, capsys):
     the report said "already embedded; nothing to do"."""
     user = UserStore(open_store(stored), "alice")
     manifest = json.loads(user.get("manifest.json"))
-    user.put({f"index/{manifest['generation']}/units.json": b"garbage"})
+    (segment,) = manifest["segments"]
+    user.put({f"index/{segment}/segment.json": b"garbage"})
     code, out, err = cli(capsys, "reindex", "--user", "alice", "--store", stored, "--embeddings", BGE, "--quiet")
     assert code == 0, err
     assert out.splitlines() == [
-        f"repaired the memory of user 'alice' (index of generation {manifest['generation']} is damaged: unreadable unit "
-        f"table (Expecting value: line 1 column 1 (char 0))): index rebuilt from 7 sessions, embedded with '{BGE}' "
-        f"(was '{OTHER}')",
+        f"repaired the memory of user 'alice' (index segment {segment} is damaged: Expecting value: line 1 column 1 "
+        f"(char 0)): index rebuilt from 7 sessions, embedded with '{BGE}' (was '{OTHER}'); listed again: "
+        + ", ".join(sorted(k.split("/")[-2] for k in layers_of(stored) if k.endswith("/session.json"))),
         f"user 'alice': now embedded with '{BGE}'; nothing to do"]
     assert Memory("alice", store=stored, embeddings=BGE).search("What is my dog's name?", k=1)[0].metadata["session_id"] == "s-dog"

@@ -3,11 +3,14 @@ may delete.
 
 A user's store holds, under ``users/<user>/``:
 
-- ``manifest.json``: the listing (sessions with date, turn count, content hash, unit count, metadata) and the number of
-  the current *generation*;
-- ``index/<generation>/units.json`` and ``vectors.f32``: the L0 units and their vectors as saved by that
-  generation, and ``links.json``, the cross-session links (`apdmem.memory.links`) built from them (derived data:
-  rebuilt from the layers, the links from the index, when missing or damaged);
+- ``manifest.json``: the number of the current *generation* and the *segments* of its index, in order (a few
+  hundred bytes: the listing is in the segments);
+- ``index/<segment>/segment.json`` and ``vectors.f32``: a segment, written once by a commit and never changed: L0
+  units (without their texts) with their BM25 tokens, and their vectors, plain float32; the listing entries of
+  the sessions whose units it holds (date, turn count, content hash, unit count, metadata); and the link lists
+  (`apdmem.memory.links`) that the commit changed, by the session keeping them (a later segment's list replaces an
+  earlier one's). The index is the segments' units one after the other. Derived data: rebuilt from the layers, the
+  links from the index, when missing or damaged;
 - ``sessions/<session>/``: the layers (``session.json`` and ``L3.md``, ``L0.json`` and ``L0.md``, and L1/L2
   once read).
 
@@ -16,17 +19,41 @@ and, while a writer changes the files of some sessions, their ids under ``"unfin
 texts they embed.
 
 Writers (ingest, forget, the cache of L1/L2, a reindex's commit) hold the user's writer lock while they change
-the store, re-read the manifest under it, and write the manifest last; the work that takes long (models,
+the store, re-read the manifest under it (when it is the one this process read or wrote last, the generation it
+holds is current: nothing else is read), and write the manifest last; the work that takes long (models,
 embeddings) happens before the lock is taken, and a reindex saves the vectors it makes meanwhile without it
 (under ``reindex/``, which no reader reads). Before a writer creates, replaces or deletes the files of a session it names the
 session unfinished in the manifest (unlisting an old version); its commit lists the new version and clears the
 mark. So a writer killed at any moment leaves either files the manifest names as unfinished (debris) or a
 whole session still listed; and ``session.json`` is written last, so a folder with a readable one is whole.
 
+A commit writes what changed, not the history (`_plan`): new segments, numbered after the generation it replaces,
+then the manifest naming them, then it deletes the segments no longer named. Its new segment holds the sessions
+added or replaced (their units are the last of the index) and the link lists that changed; a segment holding a byte
+of a session that is gone (forgotten, or replaced: its old units, its entry, a link to it) is written again
+without it, in its place, so that forgetting leaves no byte of a session; and the segments at the end of the list
+are merged by eights while they are of one size (tier) and hold at most `SEGMENT_UNITS` units together (`_merged`).
+So a one-session commit writes that session's segment and a small manifest, whatever the history; a unit is
+written again about twice as its segment is merged; forgetting rewrites at most a segment's worth; and a user keeps
+a few dozen segments (fewer than eight small ones per tier, and full ones of 256 to 2,048 units). The merge is part
+of the commit that triggers it, under the same lock: readers never wait for it. Why segments and not one file
+per session: a commit then writes one file pair whatever it holds, a reader opens a few dozen files and not
+thousands, and a link list changed by a commit (new sessions are linked both ways) is written with it, not into
+the segment of the session that keeps it. Why a removal rewrites segments rather than recording a tombstone:
+forgetting must leave no byte of the session, and so no segment keeps dead units (only link lists that a later
+segment replaced, dropped when their segment is merged or written again), and no compaction for dead data is
+needed. In PostgreSQL each file is a row written in the writer's transaction.
+
 Readers never take the lock and never write (a read-only store serves them): they read the manifest, then the
-index files of its generation, and start over if a writer replaced that generation meanwhile. What a reader
-cannot use (a missing or unreadable manifest, an index that does not fit, a whole session left unlisted) is
-repaired by a writer; on a read-only store, in memory only.
+segments it names (immutable: a number is never reused once named), and start over if a writer replaced the
+generation meanwhile (a segment it names is gone). A process that holds a generation and finds its segments
+followed by new ones (another process committed sessions) reads only those. What a reader cannot use (a missing or unreadable manifest, an
+index that does not fit, a whole session left unlisted) is repaired by a writer, which writes the index whole
+again; on a read-only store, in memory only.
+
+Format 2 (before segments: the listing in the manifest, ``index/<generation>/units.json``, ``vectors.f32`` and
+``links.json`` holding the whole index) is read as it is; the first write (any writer, or the sweep of a start-up
+that finds debris) writes its index as segments in a commit of its own, the same units in the same order.
 
 `Generations` is the only code that deletes anything from a user's store (besides `migrate`, which replaces
 a user of its target wholesale on the operator's request), and `Generations._debris` is the one rule for what
@@ -38,25 +65,32 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from apdmem.errors import ConfigError, InvalidIdError, OtherSpaceError, StoreError, warn_once
 from apdmem.memory import layers
-from apdmem.memory.index import UnitIndex
+from apdmem.memory.index import UnitIndex, make_lexical
 from apdmem.memory.links import LinkTable, threshold
 from apdmem.memory.records import Session, Unit, check_id
 from apdmem.memory.store import TEMPORARY_PREFIX, UserStore, session_key
 from apdmem.models import recorded_space
 
-FORMAT = 2
+FORMAT = 3  # format 2 (one whole index per generation) is read, and rewritten as segments by the first write
 READ_ATTEMPTS = 20  # a reader starts over this often when writers keep replacing the generation it reads
 MAX_GENERATION = 2**53  # generation numbers are file names and JSON numbers: a larger one is damage
 REEMBED_CHUNK = 32  # sessions re-embedded, and their vectors saved in one write, per step of a reindex
+SEGMENT_UNITS = 2048  # units a segment holds at most (~13 MB of raw units with bge-small), unless one session holds more
+MERGE_FANOUT = 8  # this many segments of one tier at the end of the index are merged into one
+TIER_UNITS = 32  # segments of tier 0 hold fewer units than this, of tier 1 fewer than MERGE_FANOUT times as many ...
+SEGMENT, VECTORS = "segment.json", "vectors.f32"  # the files of a segment, under index/<number>/
 
 log = logging.getLogger("apdmem")
 
@@ -66,13 +100,42 @@ class Generation:
     """One consistent state of a memory: the manifest as stored and the index saved with it."""
 
     raw: bytes | None  # manifest.json as read (None: nothing stored yet)
-    manifest: dict
+    manifest: dict  # as stored, with the listing ("sessions") gathered from the segments
     index: UnitIndex | None  # None until the first session (its dimension comes from the embeddings)
     links: LinkTable | None = None  # the sessions' links, saved with the index (None with it)
+    # The stored segments of the index, in order; None when the index is not stored as these (format 2, or a repair
+    # made in memory only): the next commit then writes it whole.
+    segments: list[Segment] | None = None
 
     @property
     def number(self) -> int:
         return self.manifest["generation"]
+
+
+@dataclass
+class Segment:
+    """One stored segment of an index: units with their vectors and tokens, the listing entries of their sessions, and
+    link lists, as a commit wrote them (``index/<number>/segment.json`` and ``vectors.f32``)."""
+
+    number: int
+    listing: dict[str, dict]  # the sessions whose units it holds, in the order of their units, with their entries
+    links: dict[str, list]  # link lists as stored, by the session keeping them
+    units: int
+    part: object = None  # the link lists as stored, with their format and threshold (`LinkTable.part`)
+    names: frozenset[str] = field(init=False)  # every session it holds a byte of: its own, and those of its links
+
+    def __post_init__(self) -> None:
+        linked = (link[0] for links in self.links.values() if isinstance(links, list)
+                  for link in links if isinstance(link, list) and link)
+        self.names = frozenset(chain(self.listing, self.links, (o for o in linked if isinstance(o, str))))
+
+
+@dataclass
+class _Part:
+    """A segment to write: the sessions whose units and entries it holds, and those whose link lists it holds."""
+
+    sessions: list[str]
+    links: list[str]
 
 
 class Stale(Exception):
@@ -118,7 +181,7 @@ class Generations:
         try:
             with self.writing, self.store.writer(wait=False) as held:
                 if held and self.store.get("manifest.json") == self.current.raw:
-                    self.sweep(self.current)
+                    self.sweep(self._upgraded(self.current))
         except StoreError:
             pass  # a read-only store is served as it is; its debris is never read
 
@@ -163,15 +226,20 @@ class Generations:
             version = manifest.get("format")
         except (ValueError, AssertionError, RecursionError):
             raise Damaged("manifest.json is unreadable") from None
-        if version != FORMAT:
+        if version not in (2, FORMAT):
             newer = isinstance(version, int) and version > FORMAT
             raise ConfigError(f"memory of user {self.user_id!r} has format {version}; this apdmem reads format {FORMAT}"
                               + ("; upgrade apdmem" if newer else "; ingest the history again into a new memory directory"))
         number = manifest.get("generation")
         if type(number) is not int or not 0 <= number <= MAX_GENERATION:
             raise Damaged("manifest.json names no valid generation")
-        sessions, unfinished = manifest.get("sessions"), manifest.get("unfinished", [])
-        if not isinstance(sessions, dict) or not all(_listing_entry(m) for m in sessions.values()):
+        sessions, unfinished = manifest.get("sessions", {}), manifest.get("unfinished", [])
+        if version == FORMAT:  # the listing is in the segments
+            segments = manifest.get("segments")
+            if not isinstance(segments, list) or not all(type(n) is int and 0 < n <= number for n in segments) \
+                    or len(set(segments)) != len(segments) or "sessions" in manifest:
+                raise Damaged("manifest.json is unreadable")
+        elif not isinstance(sessions, dict) or not all(_listing_entry(m) for m in sessions.values()):
             raise Damaged("manifest.json is unreadable")
         if not isinstance(unfinished, list) or not all(isinstance(s, str) and _valid_id(s) for s in unfinished):
             raise Damaged("manifest.json is unreadable")
@@ -185,6 +253,12 @@ class Generations:
 
     def _generation(self, raw: bytes | None, need_links: bool = True) -> Generation:
         manifest = self.parse_manifest(raw)
+        try:
+            index, links, segments = self._stored_index(manifest, self.current)
+        except ValueError as damage:
+            if self.store.get("manifest.json") != raw:
+                raise Stale() from None  # a writer replaced what this manifest names meanwhile
+            raise Damaged(str(damage)) from None
         folders = {k.split("/")[1] for k in self.store.keys("sessions/")}
         if strays := self._unlisted_sessions(manifest, folders):
             if self.store.get("manifest.json") != raw:
@@ -192,25 +266,13 @@ class Generations:
             what = "manifest.json is missing" if raw is None else f"sessions not listed: {', '.join(sorted(strays))}"
             raise Damaged(what)
         if raw is None or not manifest["sessions"]:
-            return Generation(raw, manifest, None)
+            return Generation(raw, manifest, None, segments=segments)
         number = manifest["generation"]
-        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
-        if table is None or vectors is None:
-            if self.store.get("manifest.json") != raw:
-                raise Stale()
-            raise Damaged(f"index of generation {number} is missing")
-        try:
-            index = UnitIndex.load(table, vectors, self.lexical)
-        except ValueError as exc:
-            if self.store.get("manifest.json") != raw:
-                raise Stale() from None
-            raise Damaged(f"index of generation {number} is damaged: {exc}") from None
         if self._dimension is not None and self.own_space(manifest) and index.dimension != self._dimension():
             raise Damaged(f"index of generation {number} has vectors of dimension {index.dimension}, "
                           f"the embeddings give {self._dimension()}")
         if not _indexes_listing(index, manifest):
             raise Damaged(f"index of generation {number} does not match the listing")
-        links = self._saved_links(number, manifest)
         if links is None and need_links:
             if self.store.get("manifest.json") != raw:
                 raise Stale()
@@ -218,7 +280,82 @@ class Generations:
         stored = {k.split("/")[1] for k in self.store.keys("sessions/") if k.endswith("/session.json")}
         if missing := [s for s in manifest["sessions"] if session_key(s) not in stored]:
             raise Damaged(f"listed sessions without their files: {', '.join(missing)}")
-        return Generation(raw, manifest, index, links)
+        return Generation(raw, manifest, index, links, segments)
+
+    def _stored_index(self, manifest: dict, base: Generation | None = None
+                      ) -> tuple[UnitIndex | None, LinkTable | None, list[Segment] | None]:
+        """The index and link table the manifest names, and its segments (None: a format-2 index, stored whole). Fills
+        the manifest's listing from the segments. The link table is None when missing, damaged or built at another
+        threshold than the manifest's space's; ValueError (saying what) when the index cannot be read.
+
+        When the segments of `base` (a generation read or committed before) come first, unchanged (another process
+        committed sessions meanwhile), only the segments after them are read: the index is a copy of base's with
+        their units added after its own, as a whole read would make it."""
+        if manifest.get("format", FORMAT) != FORMAT:
+            return self._whole_index(manifest)
+        names, manifest["sessions"] = manifest.pop("segments", []), {}
+        known = _reusable(base, names)
+        values = self.store.get_many([f"index/{n}/{name}" for n in names[len(known) :] for name in (SEGMENT, VECTORS)])
+        parts, segments, listing, links = [], list(known), {}, {}
+        for segment in known:
+            listing.update(segment.listing)
+            _lay_over(links, segment.part)
+        for number, table, vectors in zip(names[len(known) :], values[::2], values[1::2]):
+            if table is None or vectors is None:
+                raise ValueError(f"index segment {number} is missing")
+            try:
+                data = json.loads(table)
+                own, own_links = data["sessions"], data.get("links")
+                if not all(_listing_entry(m) for m in own.values()) or not own.keys().isdisjoint(listing):
+                    raise ValueError("listing entries damaged or repeated")
+                _lay_over(links, own_links)
+                own_lists = own_links.get("links") if isinstance(own_links, dict) else None
+                segment = Segment(number, own, own_lists if isinstance(own_lists, dict) else {}, len(data["units"]),
+                                  own_links)
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                raise ValueError(f"index segment {number} is damaged: {exc}") from None
+            listing.update(own)
+            parts.append((data, vectors))
+            segments.append(segment)
+        if not segments:
+            return None, None, segments
+        try:
+            index = UnitIndex.load_parts(parts, self.lexical) if parts else None
+        except ValueError as exc:
+            raise ValueError(f"index of generation {manifest['generation']} is damaged: {exc}") from None
+        start = 0
+        for segment in segments[len(known) :]:  # each segment holds the units of the sessions it lists, and only those
+            held = Counter(u.session_id for u in index.units[start : start + segment.units])
+            if held != {s: m["units"] for s, m in segment.listing.items() if m["units"]}:
+                raise ValueError(f"index segment {segment.number} does not match its listing")
+            start += segment.units
+        if known:
+            total = len(base.index.units) + len(index.units)
+            if type(make_lexical(self.lexical, total)) is not type(base.index.lexical):  # a whole read picks another
+                manifest["segments"] = names
+                return self._stored_index(manifest)
+            index = base.index.compact().extended(index)
+        manifest["sessions"] = listing
+        try:
+            table = LinkTable.load(links, listing, threshold(recorded_space(manifest.get("embeddings"))))
+        except ValueError:
+            table = None
+        return index, table, segments
+
+    def _whole_index(self, manifest: dict) -> tuple[UnitIndex | None, LinkTable | None, None]:
+        """The index and link table of a format-2 generation (``index/<generation>/units.json``, ``vectors.f32``,
+        ``links.json``)."""
+        if not manifest["sessions"]:
+            return None, None, None
+        number = manifest["generation"]
+        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
+        if table is None or vectors is None:
+            raise ValueError(f"index of generation {number} is missing")
+        try:
+            index = UnitIndex.load(table, vectors, self.lexical)
+        except ValueError as exc:
+            raise ValueError(f"index of generation {number} is damaged: {exc}") from None
+        return index, self._saved_links(number, manifest), None
 
     def _unlisted_sessions(self, manifest: dict, folders: set[str]) -> dict[str, Session]:
         """Whole sessions stored but not listed, and not named by a writer as unfinished: a listing lost or
@@ -240,40 +377,73 @@ class Generations:
         with self.writing:
             with self.store.writer():
                 raw = self.store.get("manifest.json")
-                try:
-                    generation = self.read(raw)
-                except Damaged as damage:
-                    generation = self.repair(raw, str(damage))
-                self.adopt(generation)
-                yield generation
+                if raw is not None and raw == self.current.raw and self.current.segments is not None:
+                    generation = self.current  # what this process read or committed last is current: not read again
+                else:
+                    try:
+                        generation = self.read(raw)
+                    except Damaged as damage:
+                        generation = self.repair(raw, str(damage))
+                    self.adopt(generation)
+                yield self._upgraded(generation)
+
+    def _upgraded(self, generation: Generation) -> Generation:
+        """`generation`, its index stored as segments: a format-2 index (one whole index per generation) is written
+        as segments by a commit of the same sessions. Called under the writer lock."""
+        if generation.manifest.get("format") == FORMAT:
+            return generation
+        log.info("apdmem: the index of user %r is rewritten as segments (format %d)", self.user_id, FORMAT)
+        return self.commit(self.derive(generation))
 
     def derive(self, generation: Generation) -> Generation:
         """A copy of `generation` to change; the stored one is untouched until `commit`."""
         manifest = json.loads(json.dumps(generation.manifest))
         index = generation.index.compact() if generation.index else UnitIndex(self._dimension(), self.lexical)  # a copy
         links = generation.links.copy() if generation.links else LinkTable(self.link_threshold)
-        return Generation(generation.raw, manifest, index, links)
+        return Generation(generation.raw, manifest, index, links, generation.segments)
 
     def commit(self, generation: Generation) -> Generation:
-        """Save the index of a new generation (with its link table, built from the index if the generation has
-        none), then the manifest that makes it current, then drop the index files of the generations before it.
-        Sessions now listed are no longer unfinished. Called under the writer lock."""
-        old = generation.manifest["generation"]
-        number = generation.manifest["generation"] = max(old, self.current.number) + 1
-        _settle(generation.manifest, generation.manifest["sessions"])
+        """Save a new generation: the segments that hold what changed since the generation it was derived from (see
+        `_plan`; all of them when it has no stored segments), with its link table (built from the index if the
+        generation has none), then the manifest that makes it current and names its segments, then drop the segments
+        it no longer names. Sessions now listed are no longer unfinished. Called under the writer lock."""
+        manifest = generation.manifest
+        first = max(manifest["generation"], self.current.number) + 1
+        manifest["format"] = FORMAT
+        _settle(manifest, manifest["sessions"])
         index = generation.index if generation.index.alive.all() else generation.index.compact()
-        table, vectors = index.dump()
         links = generation.links if generation.links is not None else LinkTable.build(index, self.link_threshold)
-        self.store.put({f"index/{number}/units.json": table, f"index/{number}/vectors.f32": vectors,
-                        f"index/{number}/links.json": links.dump()})
-        committed = self._save_manifest(Generation(None, generation.manifest, index, links))
-        self.store.delete(self._debris(committed)[0])
+        rows: dict[str, list[int]] = defaultdict(list)
+        for row, unit in enumerate(index.units):
+            rows[unit.session_id].append(row)
+        segments, number = [], first
+        for planned in _plan(generation.segments, manifest["sessions"], rows, links):
+            if isinstance(planned, _Part):
+                planned, number = self._write_segment(number, planned, index, rows, manifest["sessions"], links), number + 1
+            segments.append(planned)
+        manifest["generation"] = max(first, number - 1)
+        committed = self._save_manifest(Generation(None, manifest, index, links, segments))
+        self.store.delete(self._debris(committed, walk=False)[0])  # the sweeps walk the whole folder for leftovers
         return committed
 
+    def _write_segment(self, number: int, part: _Part, index: UnitIndex, rows: dict[str, list[int]], listing: dict,
+                       links: LinkTable) -> Segment:
+        """Write a segment numbered `number`: the units of these sessions from `index` with their listing entries, and
+        these sessions' link lists."""
+        table, vectors = index.part([r for sid in part.sessions for r in rows.get(sid, ())])
+        table["sessions"] = {sid: listing[sid] for sid in part.sessions}
+        table["links"] = links.part(part.links)
+        self.store.put({f"index/{number}/{SEGMENT}": json.dumps(table, ensure_ascii=False).encode(),
+                        f"index/{number}/{VECTORS}": vectors})
+        return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]), table["links"])
+
     def _save_manifest(self, generation: Generation) -> Generation:
-        raw = json.dumps(generation.manifest, ensure_ascii=False).encode()
+        """Write the manifest of a generation whose segments are stored: what makes it current."""
+        stored = {**{k: v for k, v in generation.manifest.items() if k != "sessions"}, "format": FORMAT,
+                  "segments": [segment.number for segment in generation.segments]}
+        raw = json.dumps(stored, ensure_ascii=False).encode()
         self.store.put({"manifest.json": raw})
-        saved = Generation(raw, generation.manifest, generation.index, generation.links)
+        saved = Generation(raw, generation.manifest, generation.index, generation.links, generation.segments)
         self.adopt(saved)
         return saved
 
@@ -289,7 +459,8 @@ class Generations:
                 generation.links.remove(sid)
                 del generation.manifest["sessions"][sid]
         else:
-            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index, current.links)
+            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index, current.links,
+                                    current.segments)
         unfinished = generation.manifest.setdefault("unfinished", [])
         unfinished += [s for s in session_ids if s not in unfinished]
         begun = self.commit(generation) if replaced else self._save_manifest(generation)
@@ -371,12 +542,14 @@ class Generations:
 
     # --- what may be deleted ----------------------------------------------------------------------------------
 
-    def _debris(self, generation: Generation) -> tuple[list[str], list[str]]:
+    def _debris(self, generation: Generation, *, walk: bool = True) -> tuple[list[str], list[str]]:
         """THE rule for what may be deleted from a user's store (nothing else ever is): what a killed writer
-        provably left. Returns (keys, leftovers):
+        provably left. Returns (keys, leftovers); the leftovers only with `walk` (they are found by walking every
+        folder of the user):
 
-        - index files of any generation other than the one the manifest names (a manifest must be stored:
-          without one, no index file is known to be old);
+        - index files of segments the manifest does not name (a manifest must be stored: without one, no index
+          file is known to be old): a commit killed before its manifest was written left them, or a later commit
+          replaced them (format 2: index files of any generation other than the manifest's);
         - the files of a session the manifest names as unfinished and does not list: a forget or a
           replacement committed its removal, or an ingestion announced it and was killed before its commit;
         - temporary files of an interrupted write, and links (a store never holds one: a link is planted);
@@ -389,7 +562,8 @@ class Generations:
         manifest = generation.manifest
         keys = []
         if generation.raw is not None:
-            keys += [k for k in self.store.keys("index/") if k.split("/")[1] != str(generation.number)]
+            named = set(self.index_keys(generation))
+            keys += [k for k in self.store.keys("index/") if k not in named]
         listed = {session_key(s) for s in manifest["sessions"]}
         for sid in manifest.get("unfinished", []):
             if session_key(sid) not in listed:
@@ -397,7 +571,19 @@ class Generations:
         if generation.raw is not None:
             done = _space_tag(recorded_space(manifest.get("embeddings")))
             keys += [k for k in self.store.keys("reindex/") if k.split("/")[1] == done or k.split("/")[-1] not in listed]
-        return keys, self.store.leftovers()
+        return keys, self.store.leftovers() if walk else []
+
+    @staticmethod
+    def index_keys(generation: Generation) -> list[str]:
+        """The keys of the index files that the manifest of `generation`, as stored, names: its segments' (format 2:
+        its generation's); none when it is unreadable."""
+        try:
+            manifest = json.loads(generation.raw)
+            if manifest["format"] == FORMAT:
+                return [f"index/{number}/{name}" for number in manifest["segments"] for name in (SEGMENT, VECTORS)]
+            return [f"index/{manifest['generation']}/{name}" for name in ("units.json", "vectors.f32", "links.json")]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return []
 
     def _needs_sweep(self, generation: Generation) -> bool:
         keys, leftovers = self._debris(generation)
@@ -422,7 +608,9 @@ class Generations:
         if generation.manifest.get("unfinished") and generation.raw is not None:
             manifest = json.loads(json.dumps(generation.manifest))
             _settle(manifest, manifest.get("unfinished", []))
-            generation = self._save_manifest(Generation(None, manifest, generation.index, generation.links))
+            generation = Generation(None, manifest, generation.index, generation.links, generation.segments)
+            # a generation repaired in memory (the store refused it, then took a writer) is committed whole
+            generation = self.commit(generation) if generation.segments is None else self._save_manifest(generation)
         return generation
 
     # --- repair -----------------------------------------------------------------------------------------------
@@ -443,8 +631,8 @@ class Generations:
         if manifest is None:
             manifest = self.parse_manifest(None)
             manifest["generation"] = self.current.number
-        sessions = manifest["sessions"]
         index = self._saved_index(manifest)  # when only the listing was wrong, the saved index is kept
+        sessions = manifest["sessions"]  # of format 3, gathered from the segments (empty when they cannot be read)
         folders = {k.split("/")[1] for k in self.store.keys("sessions/")}
         relisted = self._unlisted_sessions(manifest, folders)
         dropped = []
@@ -494,16 +682,14 @@ class Generations:
 
     def _saved_index(self, manifest: dict) -> UnitIndex | None:
         """The index saved with the manifest's generation, if it is readable, holds the listed sessions and is in this
-        object's space (one of another space, read by a reindex, is rebuilt: vectors of two spaces never mix)."""
-        if not self.own_space(manifest):
-            return None
-        number = manifest["generation"]
-        table, vectors = self.store.get_many([f"index/{number}/units.json", f"index/{number}/vectors.f32"])
+        object's space (one of another space, read by a reindex, is rebuilt: vectors of two spaces never mix). Fills
+        the listing of a format-3 manifest from its segments (when they cannot be read: an empty one)."""
         try:
-            index = UnitIndex.load(table, vectors, self.lexical) if table is not None and vectors is not None else None
+            index, _, _ = self._stored_index(manifest)
         except ValueError:
             return None
-        if index is None or index.dimension != self._dimension() or not _indexes_listing(index, manifest):
+        if index is None or not self.own_space(manifest) or index.dimension != self._dimension() \
+                or not _indexes_listing(index, manifest):
             return None
         return index
 
@@ -598,6 +784,103 @@ class Generations:
             self.store.put_json({key(sid, "session.json"): session.to_json()})
         else:
             self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+
+
+def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]], links: LinkTable) -> list[Segment | _Part]:
+    """The segments of a new generation, in order: stored ones it keeps as they are, and parts to write. Its sessions
+    are listed in `listing`, and their units are at `rows` of its index (in the order of the segments).
+
+    Without stored segments, everything is written. Else the segments holding a byte of a session whose entry is gone
+    or changed (forgotten, replaced) are written again without it, in their place, and one more part holds the
+    sessions whose entry is new or changed (their units were added at the end of the index) and the link lists that
+    changed, split into parts of at most `SEGMENT_UNITS` units; then the end of the list is merged (`_merged`)."""
+    order = list(rows) + [sid for sid in listing if sid not in rows]  # sessions without units are listed too
+    if stored is None:
+        return _merged(_split(_Part(order, [sid for sid in order if sid in links.kept]), listing), listing)
+    was = {sid: entry for segment in stored for sid, entry in segment.listing.items()}
+    gone = {sid for sid, entry in was.items() if listing.get(sid) != entry}
+    home = {sid: segment for segment in stored for sid in segment.links}  # where each session's latest list is
+    relinked = [sid for sid in order
+                if [l.to_json() for l in links.kept.get(sid, [])] != (home[sid].links[sid] if sid in home else [])]
+    moved = set(relinked)
+    plan: list[Segment | _Part] = []
+    for segment in stored:
+        if segment.names.isdisjoint(gone):
+            plan.append(segment)
+            continue
+        part = _Part([sid for sid in segment.listing if sid not in gone],
+                     [sid for sid in segment.links if home[sid] is segment and sid in listing and sid not in moved])
+        if part.sessions or part.links:
+            plan.append(part)
+    fresh = [sid for sid in order if was.get(sid) != listing.get(sid)]
+    return _merged(plan + _split(_Part(fresh, relinked), listing), listing)
+
+
+def _split(part: _Part, listing: dict) -> list[_Part]:
+    """`part` as parts of at most `SEGMENT_UNITS` units (whole sessions), each with the link lists of its sessions (the
+    other sessions' with the last); none when it holds nothing."""
+    chunks, size = [[]], 0
+    for sid in part.sessions:
+        if size and size + listing[sid]["units"] > SEGMENT_UNITS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(sid)
+        size += listing[sid]["units"]
+    own = [set(chunk) for chunk in chunks]
+    parts = [_Part(chunk, [sid for sid in part.links if sid in mine]) for chunk, mine in zip(chunks, own)]
+    parts[-1].links += [sid for sid in part.links if not any(sid in mine for mine in own)]
+    return [p for p in parts if p.sessions or p.links]
+
+
+def _merged(plan: list[Segment | _Part], listing: dict) -> list[Segment | _Part]:
+    """`plan` with its last `MERGE_FANOUT` segments merged into one while they are of one tier (`_tier`) and hold at
+    most `SEGMENT_UNITS` units together: the segments of one-session commits are merged by eights, then those by
+    eights, so that a unit is written again about twice (once per tier below the last), and an index keeps few
+    segments (fewer than `MERGE_FANOUT` per tier, and segments of a tier 2 of at least 256 units). Merged, a segment
+    drops the link lists that later ones replace."""
+    def sessions(entry):
+        return list(entry.listing) if isinstance(entry, Segment) else entry.sessions
+
+    def units(entry):
+        return entry.units if isinstance(entry, Segment) else sum(listing[sid]["units"] for sid in entry.sessions)
+
+    while len(plan) >= MERGE_FANOUT:
+        tail = plan[-MERGE_FANOUT:]
+        sizes = [units(entry) for entry in tail]
+        if len({_tier(size) for size in sizes}) > 1 or sum(sizes) > SEGMENT_UNITS:
+            break
+        home = {sid: entry for entry in plan for sid in entry.links}
+        plan[-MERGE_FANOUT:] = [_Part([sid for entry in tail for sid in sessions(entry)],
+                                      [sid for entry in tail for sid in entry.links if home[sid] is entry])]
+    return plan
+
+
+def _tier(units: int) -> int:
+    """The tier of a segment of this many units: 0 below `TIER_UNITS`, then one more per `MERGE_FANOUT` times as many."""
+    return 0 if units < TIER_UNITS else 1 + int(math.log(units / TIER_UNITS, MERGE_FANOUT) + 1e-9)
+
+
+def _reusable(base: Generation | None, names: list[int]) -> list[Segment]:
+    """The segments of `base`, all of them, when they come first in `names` (followed by others) and its index holds
+    them; else none."""
+    if base is None or not base.segments or base.index is None or not base.index.alive.all():
+        return []
+    if [segment.number for segment in base.segments] != names[: len(base.segments)] or len(base.segments) == len(names):
+        return []
+    return base.segments
+
+
+def _lay_over(table: dict, part: object) -> None:
+    """Lay the link lists of a segment (`LinkTable.part`) over `table`, those of the segments before it: a later list
+    replaces an earlier one. A part that is no such part, or of another format or threshold than those before, leaves
+    `table` without a format: `LinkTable.load` refuses it, and the table is rebuilt."""
+    if not isinstance(part, dict) or not isinstance(part.get("links"), dict) or "format" in table and table["format"] is None:
+        table["format"] = None
+        return
+    for name in ("format", "threshold"):
+        if table.setdefault(name, part.get(name)) != part.get(name):
+            table["format"] = None
+    table.setdefault("links", {}).update(part["links"])
 
 
 def _space_tag(space: object) -> str:

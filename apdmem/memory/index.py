@@ -261,31 +261,62 @@ class UnitIndex:
         self.dense.add(vectors, rows)
 
     def dump(self) -> tuple[bytes, bytes]:
-        """The live units as JSON and their vectors as raw little-endian float32.
+        """The live units as JSON and their vectors as raw little-endian float32 (see `part`)."""
+        table, vectors = self.part()
+        return json.dumps(table, ensure_ascii=False).encode(), vectors
+
+    def part(self, rows: list[int] | None = None) -> tuple[dict, bytes]:
+        """The units at these rows (default: every live unit), in row order, as a JSON-ready table, and their vectors as
+        raw little-endian float32: what `load_parts` reads back (a memory's index is stored as several such parts, its
+        segments: `apdmem.memory.generations`).
 
         No FAISS file is written: FAISS's generic reader accepts index types whose data lives in other files,
         so a planted file could make it read or write outside the store. `load` builds the index in memory.
         """
-        live = self if self.alive.all() else self.compact()
-        units = [{k: v for k, v in u.to_json().items() if k != "embed_texts"} for u in live.units]
-        table = {"dimension": self.dimension, "units": units, "vector_units": live.dense.rows.tolist(),
-                 "tokenizer": TOKENIZER, "tokens": live.tokens}
-        return json.dumps(table, ensure_ascii=False).encode(), live.dense.vectors().astype("<f4").tobytes()
+        rows = np.flatnonzero(self.alive) if rows is None else np.asarray(rows, dtype=np.int64)
+        local = np.full(len(self.units), -1, dtype=np.int64)
+        local[rows] = np.arange(len(rows))
+        positions = np.flatnonzero(local[self.dense.rows] >= 0)  # their vectors, in insertion order (= row order)
+        units = [{k: v for k, v in self.units[r].to_json().items() if k != "embed_texts"} for r in rows.tolist()]
+        table = {"dimension": self.dimension, "units": units, "vector_units": local[self.dense.rows[positions]].tolist(),
+                 "tokenizer": TOKENIZER, "tokens": [self.tokens[r] for r in rows.tolist()]}
+        vectors = self.dense.index.reconstruct_batch(positions) if len(positions) else np.zeros((0, self.dimension))
+        return table, np.ascontiguousarray(vectors, dtype="<f4").tobytes()
 
     @classmethod
     def load(cls, table: bytes, vectors: bytes, lexical: str = "auto") -> UnitIndex:
         """The index `dump` wrote; ValueError when the two parts are not one consistent index."""
         try:
             data = json.loads(table)
-            dimension, rows = int(data["dimension"]), [int(r) for r in data["vector_units"]]
-            units = [Unit.from_json(u) for u in data["units"]]
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise ValueError(f"unreadable unit table ({exc})") from None
-        if dimension < 1 or len(vectors) != 4 * dimension * len(rows) or any(not 0 <= r < len(units) for r in rows):
-            raise ValueError("unit table and vectors do not match")
-        tokens = data.get("tokens")
-        if data.get("tokenizer") != TOKENIZER or not _token_lists(tokens, len(units)):
-            tokens = [unit_tokens(u) for u in units]  # saved by another tokenizer, or damaged: tokenize again
+        return cls.load_parts([(data, vectors)], lexical)
+
+    @classmethod
+    def load_parts(cls, parts: list[tuple[dict, bytes]], lexical: str = "auto") -> UnitIndex:
+        """The index holding the units of the parts `part` made (the table as parsed JSON, and its vectors), one
+        after the other; ValueError when a table and its vectors are not one consistent part of an index."""
+        units, tokens, rows, vectors, dimension = [], [], [], [], None
+        for data, raw in parts:
+            try:
+                dimension = int(data["dimension"]) if dimension is None else dimension
+                if int(data["dimension"]) != dimension:
+                    raise ValueError("parts of different dimensions")
+                own_rows = [int(r) for r in data["vector_units"]]
+                own = [Unit.from_json(u) for u in data["units"]]
+            except (ValueError, TypeError, KeyError, RecursionError) as exc:
+                raise ValueError(f"unreadable unit table ({exc})") from None
+            if dimension < 1 or len(raw) != 4 * dimension * len(own_rows) or any(not 0 <= r < len(own) for r in own_rows):
+                raise ValueError("unit table and vectors do not match")
+            saved = data.get("tokens")
+            if data.get("tokenizer") != TOKENIZER or not _token_lists(saved, len(own)):
+                saved = [unit_tokens(u) for u in own]  # saved by another tokenizer, or damaged: tokenize again
+            rows += [len(units) + r for r in own_rows]
+            units += own
+            tokens += saved
+            vectors.append(np.frombuffer(raw, dtype="<f4").reshape(len(own_rows), dimension))
+        if dimension is None:
+            raise ValueError("no unit table")
         index = cls(dimension, lexical, len(units))
         index.units, index.alive = units, np.ones(len(units), dtype=bool)
         try:
@@ -297,8 +328,21 @@ class UnitIndex:
             index.lexical.add(tokens)
             index.lexical.idf()
         index.tokens = tokens
-        index.dense.add(np.frombuffer(vectors, dtype="<f4").reshape(len(rows), dimension), rows)
+        index.dense.add(np.concatenate(vectors), rows)
         return index
+
+    def extended(self, other: UnitIndex) -> UnitIndex:
+        """This index with the units of `other` added after its own (with their tokens and vectors), as `load_parts`
+        would make it of both at once."""
+        rows = other.dense.rows + len(self.units)
+        self.units.extend(other.units)
+        self.tokens.extend(other.tokens)
+        if self._units_with is not None:
+            self._units_with.update(chain.from_iterable(map(set, other.tokens)))
+        self.alive = np.concatenate([self.alive, other.alive])
+        self.lexical.add(other.tokens)
+        self.dense.add(other.dense.vectors(), rows.tolist())
+        return self
 
     def remove(self, session_id: str) -> None:
         for row, unit in enumerate(self.units):

@@ -12,8 +12,8 @@ or hold units that say nearly the same thing, and each link says why:
 `strength` is their mean. Each session keeps its `LINKS_PER_SESSION` strongest links at or above the threshold of
 the memory's embedding space (`threshold`: cosines run higher in some spaces than in others), lowered in a memory
 of fewer than `FULL_SIZE` sessions (`small_discount`: there every word is rare, so the overlap of two sessions about
-one subject comes out lower); a link stands when either of its sessions keeps it. The table is derived data saved beside the index of each
-generation (``index/<generation>/links.json``: old generations' tables are debris like their index files) and
+one subject comes out lower); a link stands when either of its sessions keeps it. The table is derived data saved with the index, in parts
+(`LinkTable.part`: each commit writes the lists it changed into its index segment, `apdmem.memory.generations`), and
 rebuilt from the index when missing, damaged or built at another threshold.
 
 A new session is compared with its *candidates*, the sessions the index finds near it, not with every session:
@@ -183,17 +183,22 @@ class LinkTable:
         self._keep(session_id, [])
         for holder in list(self._holders.pop(session_id, ())):
             self._keep(holder, [l for l in self.kept[holder] if l.other != session_id])
+
     def dump(self) -> bytes:
-        table = {"format": FORMAT, "threshold": self.threshold,
-                 "links": {sid: [l.to_json() for l in links] for sid, links in sorted(self.kept.items())}}
-        return json.dumps(table, ensure_ascii=False).encode()
+        return json.dumps(self.part(sorted(self.kept)), ensure_ascii=False).encode()
+
+    def part(self, session_ids) -> dict:
+        """The links these sessions keep (an empty list for one that keeps none), JSON-ready, as `load` reads them: a
+        memory stores its table in parts, each in the index segment of the commit that changed them."""
+        return {"format": FORMAT, "threshold": self.threshold,
+                "links": {sid: [l.to_json() for l in self.kept.get(sid, [])] for sid in session_ids}}
 
     @classmethod
-    def load(cls, raw: bytes, sessions, threshold: float) -> LinkTable:
-        """The table `dump` wrote; ValueError when it is unreadable, was built at another threshold or names sessions
-        not in `sessions`."""
+    def load(cls, raw: bytes | dict, sessions, threshold: float) -> LinkTable:
+        """The table `dump` wrote, or parts of it (`part`, parsed) merged; ValueError when it is unreadable, was built at
+        another threshold or names sessions not in `sessions`."""
         try:
-            data = json.loads(raw)
+            data = json.loads(raw) if isinstance(raw, bytes) else raw
             if data["format"] != FORMAT:
                 raise ValueError(f"link table format {data['format']!r}")
             if data["threshold"] != threshold:

@@ -127,8 +127,8 @@ def _read_user(source, name: str) -> _Read:
         keys = [k for sid in generation.manifest["sessions"] for k in store.keys(f"sessions/{session_key(sid)}/")
                 if len(k.split("/")) == 3 and SESSION_FILES.match(k.split("/")[2])]  # a layer file, nothing else
         if generation.raw is not None and generation.manifest["sessions"]:
-            keys += [f"index/{generation.number}/{name}" for name in ("units.json", "vectors.f32")]
-            keys += [f"index/{generation.number}/links.json"] if generation.links is not None else []
+            keys += [k for k in generations.index_keys(generation)  # format 2: a missing link table is rebuilt
+                     if generation.links is not None or not k.endswith("/links.json")]
         values = dict(zip(keys, store.get_many(keys)))
         if store.get("manifest.json") == raw and all(v is not None for v in values.values()):
             values["manifest.json"] = raw
