@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from apdmem import prompts
@@ -40,6 +41,10 @@ RELEVANT = -10.0
 # replies confident and wrong, against 0.149 when weak quotes were hedged).
 ANSWERS = 0.0
 TRACED = 8  # sentences the trace shows with their scores, best first
+# The words with which a question asks to be reminded of something ("Can you remind me of", "I was wondering if you
+# could"): what follows them is what it asks (`request`).
+_LEAD_IN = re.compile(r"\b(?:remind me(?: of)?|wondering(?: if| whether)?(?: you could)?,?|trying to recall|tell me(?: about)?)\s+",
+                      re.IGNORECASE)
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -75,12 +80,38 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
 
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
-    A sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
+
+    A sentence is read alone and after each part of its context (`Quote.context`: the heading it falls under, the
+    sentence before it), against the question and against its `request`; its score is its best reading's. A
+    sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
     question naming them finds it."""
     quotes = verbatim_sentences(evidence, memory)
-    pairs = [(question, f"{q.speaker}: {q.sentence}" if q.speaker else q.sentence) for q in quotes]
-    scores = reranker.score(pairs) if pairs else []
-    return sorted((replace(q, score=score) for q, score in zip(quotes, scores)), key=lambda q: -q.score)
+    asked = list(dict.fromkeys([question, request(question)]))
+    readings = [[(ask, text) for ask in asked for text in _readings(q)] for q in quotes]
+    scores = iter(reranker.score([pair for pairs in readings for pair in pairs]) if quotes else [])
+    best = [max(next(scores) for _ in pairs) for pairs in readings]
+    return sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score)
+
+
+def _readings(quote: Quote) -> list[str]:
+    """How the cross-encoder reads a quote: as said (after its speaker's name), then after each part of its context."""
+    said = f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
+    return [said, *(f"{context} {said}" for context in quote.context)]
+
+
+def request(question: str) -> str:
+    """What a question asks: the words after its last lead-in ("Can you remind me of", "I was wondering if you
+    could"), else the whole question. The cross-encoder reads a question's preamble ("I'm looking back at our
+    previous conversation about language apps.") as what to find, and scores the item of a list that answers far
+    below the sentence that introduces the list.
+
+    >>> request("I'm looking back at our talk about apps. Can you remind me of the one that uses mnemonics?")
+    'the one that uses mnemonics?'
+    >>> request("Where do I live now?")
+    'Where do I live now?'
+    """
+    found = list(_LEAD_IN.finditer(question))
+    return " ".join(question[found[-1].end():].split()) if found else question
 
 
 def quoted_reply(quotes: list[Quote]) -> str:
