@@ -81,22 +81,29 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
 
-    A sentence is read alone and after each part of its context (`Quote.context`: the heading it falls under, the
-    sentence before it), against the question and against its `request`; its score is its best reading's. A
+    A sentence is scored against the question and against its `request`, read alone and, when it falls under a
+    heading (`Quote.heading`), after it; its score is its best reading's. The reading under the heading counts
+    only when it scores above the heading alone: a heading that answers does not lift every item below it. A
     sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
     question naming them finds it."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
-    readings = [[(ask, text) for ask in asked for text in _readings(q)] for q in quotes]
-    scores = iter(reranker.score([pair for pairs in readings for pair in pairs]) if quotes else [])
-    best = [max(next(scores) for _ in pairs) for pairs in readings]
+    pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
+    scores = dict(zip(pairs, reranker.score(pairs))) if pairs else {}
+
+    def relevance(q: Quote, ask: str) -> float:
+        alone, *under = (scores[ask, text] for text in _texts(q))
+        return max(alone, under[1]) if under and under[1] > under[0] else alone
+
+    best = [max(relevance(q, ask) for ask in asked) for q in quotes]
     return sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score)
 
 
-def _readings(quote: Quote) -> list[str]:
-    """How the cross-encoder reads a quote: as said (after its speaker's name), then after each part of its context."""
+def _texts(quote: Quote) -> list[str]:
+    """What `scored_quotes` reads of a quote: the quote (after its speaker's name, when one is known), then, when it
+    falls under a heading, the heading alone and the quote after it."""
     said = f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
-    return [said, *(f"{context} {said}" for context in quote.context)]
+    return [said, quote.heading, f"{quote.heading} {said}"] if quote.heading else [said]
 
 
 def request(question: str) -> str:

@@ -27,7 +27,7 @@ class Quote:
     speaker: str  # who said it as the cross-encoder reads it: a name ("Maya"), else "" (the user or the assistant)
     role: str
     score: float = 0.0
-    context: tuple[str, ...] = ()  # what its message says before it about what it is about (`message_context`)
+    heading: str = ""  # the heading it falls under in its message (`heading`)
 
     @property
     def said(self) -> tuple[str, str, int]:
@@ -57,25 +57,21 @@ def verbatim_sentences(evidence: list, memory) -> list[Quote]:
             if where is not None:
                 turn = session.turns[where]
                 found[sentence] = Quote(sentence, item["session_id"], item["date"], where, texts[where].index(sentence),
-                                        turn.speaker or "", turn.role, context=message_context(turn.content, sentence))
+                                        turn.speaker or "", turn.role, heading=heading(turn.content, sentence))
     return list(found.values())
 
 
-def message_context(message: str, sentence: str) -> tuple[str, ...]:
-    """What a message says before one of its sentences that tells what the sentence is about: the last line before
-    it that ends with a colon (a heading: "Chorus:", "Here are a few apps:") and the sentence just before it, each
-    once. An item of a list ("Memrise - uses mnemonics.") or a line of a song rarely names its subject itself.
+def heading(message: str, sentence: str) -> str:
+    """The heading a sentence of a message falls under: the last line before it that ends with a colon ("Chorus:",
+    "Here are a few apps:"), else "". An item of a list ("Memrise - uses mnemonics.") or a line of a song rarely
+    names its subject itself; its heading does.
 
-    >>> message_context("Here are two apps:\\n- Duolingo: games.\\n- Memrise uses mnemonics.", "- Memrise uses mnemonics.")
-    ('Here are two apps:', '- Duolingo: games.')
+    >>> heading("Here are two apps:\\n1. Duolingo: daily games.\\n2. Memrise uses mnemonics.", "Memrise uses mnemonics.")
+    'Here are two apps:'
     """
     lines = [one_line(line) for line in message.splitlines() if line.strip()]
     at = next((i for i, line in enumerate(lines) if sentence in line), len(lines))
-    heading = next((line for line in reversed(lines[:at]) if line.endswith(":")), "")
-    said = sentences(message)
-    where = said.index(sentence) if sentence in said else 0
-    before = said[where - 1] if where else ""
-    return tuple(part for part in dict.fromkeys((heading, before)) if part)
+    return next((line for line in reversed(lines[:at]) if line.endswith(":")), "")
 
 
 def _without_speaker(item) -> str:
