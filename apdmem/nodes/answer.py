@@ -3,9 +3,9 @@
 - **generative**: the generator model writes the reply from the organized notes and the controller's draft.
 - **extractive**: without a generative model (the embedded default, ``chat_model="local"``), or when the model
   gives nothing, the reply quotes the disclosed sentences that answer the question: the cross-encoder scores each
-  sentence against the question, and only sentences found word for word in their session and scoring at least
-  `RELEVANT` are quoted, with the session's date and who said them, the latest session's first and marked as the
-  latest when they come from several. When none answers, the reply says the memory does not hold it and names the
+  sentence against the question and what it asks (`scored_quotes`), and only sentences found word for word in
+  their session and scoring at least `RELEVANT` are quoted, with the session's date and who said them, the latest
+  session's first and marked as the latest when they come from several. When none answers, the reply says the memory does not hold it and names the
   sessions that came closest. No model writes a word of it; the trace shows each sentence's score.
 """
 
