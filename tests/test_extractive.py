@@ -17,8 +17,8 @@ from apdmem.memory.records import Turn
 from apdmem.memory.time_expressions import dated, undated
 from apdmem.models import LOCAL_CHAT, get_chat_model, get_reranker, is_embedded, is_generative
 from apdmem.models.local import package_dir
-from apdmem.nodes.answer import (CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, UNCLEAR, Quote, chosen,
-                                 extractive_answer, quoted_reply)
+from apdmem.nodes.answer import (ANSWERS, CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, UNCLEAR, Quote, chosen,
+                                 extractive_answer, quoted_reply, request, scored_quotes)
 from apdmem.tools import read_raw
 
 QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: (".*)$', re.M)  # one line per message
@@ -182,3 +182,42 @@ def test_apdmem_ask_prints_each_sentences_score_and_whether_it_was_quoted(make_m
         assert session in final["opened"] and (mark == "quoted  ") == (f'"{sentence}"' in final["answer"])
         assert mark == "left out" or float(score) >= RELEVANT
     assert "sold the red bike" in scored[0].group(5) or "sold the red bike" in scored[1].group(5)
+
+
+# --- What the assistant said: a list item, read under its heading and against what the question asks ------------
+
+APPS = [
+    make_session("s-apps", "2023-05-25T10:00", [
+        "I practise Japanese with my co-workers. Do you have any recommendations for language apps?",
+        "Sure, there are several good language learning apps, depending on your goals:\n\n"
+        "1. Duolingo - Short gamified exercises to learn new words and grammar every day.\n"
+        "2. Memrise - Memrise uses mnemonics to help learners memorize words and phrases.\n"
+        "3. Babbel - Personalized lessons in bite-sized chunks with real-world conversations.",
+        "Thanks, I'll try one of them on my commute.", "Have fun with it!"]),
+    make_session("s-song", "2023-05-28T10:00", [
+        "Write a short sad song with chords.",
+        "Here is a sad song for you:\n\nVerse:\nAm F C G\nThe rain keeps falling on my street\n\nChorus:\nDm G C Am\n"
+        "You left me in the cold", "Thank you, it's lovely.", "You're welcome!"]),
+]
+
+
+def test_a_list_item_the_assistant_gave_is_quoted_when_a_question_recalls_the_conversation(make_memory):
+    """The cross-encoder reads a question's preamble as what to find: against the whole question, the sentence that
+    introduces the list outscores the item that answers. Read against what the question asks (`request`) and in
+    under its heading (`Quote.heading`), the item comes first and is asserted."""
+    memory = make_memory()
+    memory.ingest(APPS)
+    question = ("I wanted to follow up on our previous conversation about language learning apps. You mentioned a few "
+                "options, and I was wondering if you could remind me of the one that uses mnemonics to help learners memorize words?")
+    assert request(question) == "the one that uses mnemonics to help learners memorize words?"
+    quotes = scored_quotes(question, read_raw(memory, "s-apps"), memory, get_reranker())
+    assert quotes[0].sentence == "Memrise - Memrise uses mnemonics to help learners memorize words and phrases."
+    assert quotes[0].role == "assistant" and quotes[0].score >= ANSWERS
+    assert quotes[0].heading == "Sure, there are several good language learning apps, depending on your goals:"
+    reply = extractive_answer(question, read_raw(memory, "s-apps"), memory, get_reranker())
+    assert reply.startswith(QUOTED + "\n") and ("2023-05-25", "the assistant", quotes[0].sentence) in quoted(reply)
+    # A line of a song names nothing itself: it is read under its heading ("Chorus:").
+    question = "I'm looking back at the sad song you wrote me. Can you remind me what the chords of the chorus were?"
+    quotes = scored_quotes(question, read_raw(memory, "s-song"), memory, get_reranker())
+    chords = next(q for q in quotes if q.sentence == "Dm G C Am")
+    assert chords.heading == "Chorus:" and quotes.index(chords) < QUOTES

@@ -3,9 +3,9 @@
 - **generative**: the generator model writes the reply from the organized notes and the controller's draft.
 - **extractive**: without a generative model (the embedded default, ``chat_model="local"``), or when the model
   gives nothing, the reply quotes the disclosed sentences that answer the question: the cross-encoder scores each
-  sentence against the question, and only sentences found word for word in their session and scoring at least
-  `RELEVANT` are quoted, with the session's date and who said them, the latest session's first and marked as the
-  latest when they come from several. When none answers, the reply says the memory does not hold it and names the
+  sentence against the question and what it asks (`scored_quotes`), and only sentences found word for word in
+  their session and scoring at least `RELEVANT` are quoted, with the session's date and who said them, the latest
+  session's first and marked as the latest when they come from several. When none answers, the reply says the memory does not hold it and names the
   sessions that came closest. No model writes a word of it; the trace shows each sentence's score.
 
 When the memory does not hold the answer at all (`apdmem.nodes.holds`: the question names something no disclosed
@@ -15,6 +15,7 @@ the notes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from apdmem import prompts
@@ -44,6 +45,10 @@ RELEVANT = -10.0
 # replies confident and wrong, against 0.149 when weak quotes were hedged).
 ANSWERS = 0.0
 TRACED = 8  # sentences the trace shows with their scores, best first
+# The words with which a question asks to be reminded of something ("Can you remind me of", "I was wondering if you
+# could"): what follows them is what it asks (`request`).
+_LEAD_IN = re.compile(r"\b(?:remind me(?: of)?|wondering(?: if| whether)?(?: you could)?,?|trying to recall|tell me(?: about)?)\s+",
+                      re.IGNORECASE)
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -81,12 +86,45 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
 
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
-    A sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
+
+    A sentence is scored against the question and against its `request`, read alone and, when it falls under a
+    heading (`Quote.heading`), after it; its score is its best reading's. The reading under the heading counts
+    only when it scores above the heading alone: a heading that answers does not lift every item below it. A
+    sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
     question naming them finds it."""
     quotes = verbatim_sentences(evidence, memory)
-    pairs = [(question, f"{q.speaker}: {q.sentence}" if q.speaker else q.sentence) for q in quotes]
-    scores = reranker.score(pairs) if pairs else []
-    return sorted((replace(q, score=score) for q, score in zip(quotes, scores)), key=lambda q: -q.score)
+    asked = list(dict.fromkeys([question, request(question)]))
+    pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
+    scores = dict(zip(pairs, reranker.score(pairs))) if pairs else {}
+
+    def relevance(q: Quote, ask: str) -> float:
+        alone, *under = (scores[ask, text] for text in _texts(q))
+        return max(alone, under[1]) if under and under[1] > under[0] else alone
+
+    best = [max(relevance(q, ask) for ask in asked) for q in quotes]
+    return sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score)
+
+
+def _texts(quote: Quote) -> list[str]:
+    """What `scored_quotes` reads of a quote: the quote (after its speaker's name, when one is known), then, when it
+    falls under a heading, the heading alone and the quote after it."""
+    said = f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
+    return [said, quote.heading, f"{quote.heading} {said}"] if quote.heading else [said]
+
+
+def request(question: str) -> str:
+    """What a question asks: the words after its last lead-in ("Can you remind me of", "I was wondering if you
+    could"), else the whole question. The cross-encoder reads a question's preamble ("I'm looking back at our
+    previous conversation about language apps.") as what to find, and scores the item of a list that answers far
+    below the sentence that introduces the list.
+
+    >>> request("I'm looking back at our talk about apps. Can you remind me of the one that uses mnemonics?")
+    'the one that uses mnemonics?'
+    >>> request("Where do I live now?")
+    'Where do I live now?'
+    """
+    found = list(_LEAD_IN.finditer(question))
+    return " ".join(question[found[-1].end():].split()) if found else question
 
 
 def quoted_reply(quotes: list[Quote]) -> str:

@@ -27,6 +27,7 @@ class Quote:
     speaker: str  # who said it as the cross-encoder reads it: a name ("Maya"), else "" (the user or the assistant)
     role: str
     score: float = 0.0
+    heading: str = ""  # the heading it falls under in its message (`heading`)
 
     @property
     def said(self) -> tuple[str, str, int]:
@@ -56,8 +57,21 @@ def verbatim_sentences(evidence: list, memory) -> list[Quote]:
             if where is not None:
                 turn = session.turns[where]
                 found[sentence] = Quote(sentence, item["session_id"], item["date"], where, texts[where].index(sentence),
-                                        turn.speaker or "", turn.role)
+                                        turn.speaker or "", turn.role, heading=heading(turn.content, sentence))
     return list(found.values())
+
+
+def heading(message: str, sentence: str) -> str:
+    """The heading a sentence of a message falls under: the last line before it that ends with a colon ("Chorus:",
+    "Here are a few apps:"), else "". An item of a list ("Memrise - uses mnemonics.") or a line of a song rarely
+    names its subject itself; its heading does.
+
+    >>> heading("Here are two apps:\\n1. Duolingo: daily games.\\n2. Memrise uses mnemonics.", "Memrise uses mnemonics.")
+    'Here are two apps:'
+    """
+    lines = [one_line(line) for line in message.splitlines() if line.strip()]
+    at = next((i for i, line in enumerate(lines) if sentence in line), len(lines))
+    return next((line for line in reversed(lines[:at]) if line.endswith(":")), "")
 
 
 def _without_speaker(item) -> str:
