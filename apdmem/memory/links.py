@@ -34,6 +34,7 @@ versions (which compared every pair) are read as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter, defaultdict
@@ -69,6 +70,7 @@ NEAREST = 32  # vectors found per vector of a session being linked: their sessio
 RARE_UNITS = 64  # words in at most this many units are the rare words whose sharing makes sessions candidates
 SHARING = 32  # sessions sharing the most rare words with a session being linked, candidates
 SEARCH_BATCH = 2048  # vectors per nearest-neighbour search (FAISS multiplies batches as matrices)
+_UNNAMED = ("…",)  # the terms of a link found but not named yet (`LinkTable.add` names those it keeps)
 
 
 @dataclass(frozen=True)
@@ -167,16 +169,18 @@ class LinkTable:
             self.remove(sid)
             if sid not in profiles.rows:
                 continue
-            similarities = profiles.similarities(sid)
-            needed = self.threshold - small_discount(len(profiles.sessions))
-            found = [link for other, similarity in similarities.items()
-                     if (link := _link(sid, other, profiles, similarity, needed)) is not None]
+            found = profiles.links(sid, self.threshold - small_discount(len(profiles.sessions)))
             found.sort(key=lambda l: (-l.strength, l.other))
             self._keep(sid, found[:LINKS_PER_SESSION])
             for link in found:
                 theirs = [l for l in self.kept.get(link.other, []) if l.other != sid] + [link.reversed()]
                 theirs.sort(key=lambda l: (-l.strength, l.other))
                 self._keep(link.other, theirs[:LINKS_PER_SESSION])
+        # The terms that say why are named for the links kept only (most links found are not among the strongest).
+        for sid in {sid for sid in session_ids if sid in self.kept} | {l.other for sid in session_ids for l in self.kept.get(sid, [])}:
+            if any(l.terms is _UNNAMED for l in self.kept.get(sid, [])):
+                self.kept[sid] = [dataclasses.replace(l, terms=profiles.shared_terms(sid, l.other)) if l.terms is _UNNAMED
+                                  else l for l in self.kept[sid]]
 
     def remove(self, session_id: str) -> None:
         """Drop every link of a session (forgotten, or about to be linked again)."""
@@ -234,6 +238,9 @@ class _Profiles:
             Counter(chain.from_iterable(set(index.tokens[i]) for i in live))
         self.common = {t for t, n in self.units_with.items() if 2 * n >= len(live)}
         self._terms: dict[str, tuple[dict[str, float], float]] = {}
+        self._vocabulary: dict[str, int] = {}  # every term met, numbered (`_term_ids`)
+        self._ids: dict[str, np.ndarray] = {}
+        self._squared = np.zeros(0)  # the squared weights of one session's terms by number (`links`), else 0
         # The vectors of each session: `owners` numbers the session of each vector (-1: a forgotten unit's), and
         # `grouped` lists the vectors session by session, the forgotten ones first.
         self.sessions = list(self.rows)
@@ -317,6 +324,47 @@ class _Profiles:
         starts = np.cumsum([0] + [len(t) for t in theirs[:-1]])
         return dict(zip(others, np.maximum.reduceat(best, starts).tolist()))
 
+    def _term_ids(self, session_id: str) -> np.ndarray:
+        """A session's terms (`terms`) as numbers, for `links` to weigh many sessions' shared terms at once."""
+        found = self._ids.get(session_id)
+        if found is None:
+            vocabulary = self._vocabulary
+            found = self._ids[session_id] = np.fromiter((vocabulary.setdefault(t, len(vocabulary))
+                                                         for t in self.terms(session_id)[0]), dtype=np.int64)
+        return found
+
+    def links(self, session_id: str, threshold: float) -> list[Link]:
+        """The links of a session with its candidates at `threshold` or stronger (strength, similarity and overlap
+        rounded to 4 places; terms `_UNNAMED`: see `shared_terms`). A pair's overlap is the sum of the squared
+        weights of the terms they share over the product of their norms: each weight is the idf of the term's word,
+        the same in both sessions, so the shared weight of every candidate is summed at once from a table of this
+        session's squared weights by term number."""
+        similarities = self.similarities(session_id)
+        if not similarities:
+            return []
+        (mine, my_norm), my_ids = self.terms(session_id), self._term_ids(session_id)
+        others = list(similarities)
+        theirs = [self._term_ids(other) for other in others]
+        if len(self._squared) < len(self._vocabulary):
+            self._squared = np.zeros(2 * len(self._vocabulary))
+        self._squared[my_ids] = np.fromiter(mine.values(), dtype=np.float64, count=len(my_ids)) ** 2
+        owner = np.repeat(np.arange(len(others)), [len(t) for t in theirs])
+        shared = np.bincount(owner, weights=self._squared[np.concatenate(theirs)], minlength=len(others))
+        self._squared[my_ids] = 0.0
+        out = []
+        for other, similarity, weight in zip(others, similarities.values(), shared.tolist()):
+            norm = my_norm * self.terms(other)[1]
+            overlap = weight / norm if norm else 0.0
+            strength = (max(similarity, 0.0) + overlap) / 2
+            if strength >= threshold:
+                out.append(Link(session_id, other, round(strength, 4), round(similarity, 4), round(overlap, 4), _UNNAMED))
+        return out
+
+    def shared_terms(self, session_id: str, other: str) -> tuple[str, ...]:
+        """The `TERMS_SHOWN` terms two sessions share that weigh most (the rarest), heaviest first, ties by the term."""
+        (mine, _), (theirs, _) = self.terms(session_id), self.terms(other)
+        return tuple(sorted(mine.keys() & theirs.keys(), key=lambda t: (-mine[t], t))[:TERMS_SHOWN])
+
 
 def _terms(tokens: list[str], common: set[str]):
     """A unit's terms, each with the word whose idf weighs it: its tokens except bare numbers (dates, times,
@@ -325,16 +373,3 @@ def _terms(tokens: list[str], common: set[str]):
         word = tokens[i + 1] if token.isdigit() and i + 1 < len(tokens) else token
         if not word.isdigit() and word not in common:
             yield (f"{token} {word}" if word is not token else token), word
-
-
-def _link(sid: str, other: str, profiles: _Profiles, similarity: float, threshold: float) -> Link | None:
-    """The link between two sessions; None when it is weaker than `threshold`."""
-    (mine, my_norm), (theirs, their_norm) = profiles.terms(sid), profiles.terms(other)
-    weights = {t: mine[t] for t in mine.keys() & theirs.keys()}
-    norm = my_norm * their_norm
-    overlap = sum(w * w for w in weights.values()) / norm if norm else 0.0
-    strength = (max(similarity, 0.0) + overlap) / 2
-    if strength < threshold:
-        return None
-    terms = tuple(sorted(weights, key=lambda t: (-weights[t], t))[:TERMS_SHOWN])
-    return Link(sid, other, round(strength, 4), round(similarity, 4), round(overlap, 4), terms)
