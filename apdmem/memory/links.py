@@ -262,8 +262,7 @@ class _Profiles:
         if found is None:
             mine = {}
             for i in self.rows[session_id]:
-                for term, word in _terms(self.index.tokens[i], self.common):
-                    mine[term] = self.idf.get(word, 0.0)
+                mine.update(_terms(self.index.tokens[i], self.common, self.idf))
             found = self._terms[session_id] = mine, math.sqrt(sum(w * w for w in mine.values()))
         return found
 
@@ -291,8 +290,8 @@ class _Profiles:
     def _sharing(self, linked: list[str]) -> dict[str, set[str]]:
         """Per session being linked, the `SHARING` sessions sharing the most of its rare words (in at most `RARE_UNITS`
         units, not common, not a bare number), each word weighing its squared idf as in a link's `overlap`."""
-        rare = {sid: {t for i in self.rows[sid] for t in self.index.tokens[i]
-                      if self.units_with[t] <= RARE_UNITS and t not in self.common and not t.isdigit()} for sid in linked}
+        rare = {sid: {t for i in self.rows[sid] for t in set(self.index.tokens[i]) - self.common
+                      if self.units_with[t] <= RARE_UNITS and not t.isdigit()} for sid in linked}
         wanted = set().union(*rare.values())
         holding: dict[str, list[str]] = defaultdict(list)  # rare word -> the sessions holding it
         for sid, rows in self.rows.items() if wanted else ():
@@ -351,14 +350,14 @@ class _Profiles:
         owner = np.repeat(np.arange(len(others)), [len(t) for t in theirs])
         shared = np.bincount(owner, weights=self._squared[np.concatenate(theirs)], minlength=len(others))
         self._squared[my_ids] = 0.0
-        out = []
-        for other, similarity, weight in zip(others, similarities.values(), shared.tolist()):
-            norm = my_norm * self.terms(other)[1]
-            overlap = weight / norm if norm else 0.0
-            strength = (max(similarity, 0.0) + overlap) / 2
-            if strength >= threshold:
-                out.append(Link(session_id, other, round(strength, 4), round(similarity, 4), round(overlap, 4), _UNNAMED))
-        return out
+        norms = my_norm * np.array([self.terms(other)[1] for other in others])
+        overlaps = np.divide(shared, norms, out=np.zeros(len(others)), where=norms > 0)
+        cosines = np.fromiter(similarities.values(), dtype=np.float64, count=len(others))
+        strengths = (np.maximum(cosines, 0.0) + overlaps) / 2
+        kept = strengths >= threshold
+        return [Link(session_id, others[j], round(strength, 4), round(similarity, 4), round(overlap, 4), _UNNAMED)
+                for j, strength, similarity, overlap in zip(np.flatnonzero(kept).tolist(), strengths[kept].tolist(),
+                                                            cosines[kept].tolist(), overlaps[kept].tolist())]
 
     def shared_terms(self, session_id: str, other: str) -> tuple[str, ...]:
         """The `TERMS_SHOWN` terms two sessions share that weigh most (the rarest), heaviest first, ties by the term."""
@@ -366,10 +365,14 @@ class _Profiles:
         return tuple(sorted(mine.keys() & theirs.keys(), key=lambda t: (-mine[t], t))[:TERMS_SHOWN])
 
 
-def _terms(tokens: list[str], common: set[str]):
-    """A unit's terms, each with the word whose idf weighs it: its tokens except bare numbers (dates, times,
-    prices say little alone) and `common` words, and each number with the word after it ("3 shirt")."""
-    for i, token in enumerate(tokens):
-        word = tokens[i + 1] if token.isdigit() and i + 1 < len(tokens) else token
-        if not word.isdigit() and word not in common:
-            yield (f"{token} {word}" if word is not token else token), word
+def _terms(tokens: list[str], common: set[str], idf: dict[str, float]) -> dict[str, float]:
+    """A unit's terms, each weighing the idf of its word: its distinct tokens except bare numbers (dates, times, prices
+    say little alone) and `common` words, and each number with the word after it ("3 shirt", weighing "shirt")."""
+    distinct = set(tokens)
+    numbers = set(filter(str.isdigit, distinct))
+    terms = {word: idf.get(word, 0.0) for word in distinct - common - numbers}
+    if numbers:
+        for number, word in zip(tokens, tokens[1:]):
+            if number in numbers and word not in numbers and word not in common:
+                terms[f"{number} {word}"] = idf.get(word, 0.0)
+    return terms
