@@ -46,7 +46,11 @@ _stemmer = PorterStemmer()
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stemmed word tokens without stopwords."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    try:
+        return list(map(_stem_cache.__getitem__, words))  # every word stemmed before: the usual case, at C speed
+    except KeyError:
+        return [_stem(w) for w in words]
 
 
 def spellings(texts: Iterable[str]) -> dict[str, str]:

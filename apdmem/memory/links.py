@@ -35,6 +35,7 @@ versions (which compared every pair) are read as they are.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from collections import Counter, defaultdict
@@ -276,15 +277,24 @@ class _Profiles:
 
     def _nearest(self, linked: list[str]) -> dict[str, set[str]]:
         """Per session being linked, the sessions owning one of the `NEAREST` vectors nearest each of its vectors
-        (an exact search of the dense index, in batches)."""
+        (an exact search of the dense index, in batches). Identical vectors (a turn said word for word in several
+        sessions: 40% of the vectors of 5,000 LongMemEval sessions) have the same nearest: each is searched once."""
         positions = np.concatenate([self._positions(self.number[sid]) for sid in linked] or [np.zeros(0, np.int64)])
-        near: dict[str, set[str]] = {sid: set() for sid in linked}
-        k = min(NEAREST, self.index.dense.index.ntotal)
+        distinct: dict[bytes, int] = {}  # a vector's digest -> its number among the distinct vectors
+        first, number = [], np.zeros(len(positions), np.int64)  # each distinct vector's first position; each position's
         for at in range(0, len(positions), SEARCH_BATCH):
-            batch = positions[at : at + SEARCH_BATCH]
-            _, found = self.index.dense.index.search(self._vectors(batch), k)
-            for owner, hits in zip(self.owners[batch].tolist(), self.owners[np.where(found >= 0, found, 0)].tolist()):
-                near[self.sessions[owner]].update(self.sessions[h] for h in hits if h >= 0)
+            for i, vector in enumerate(self._vectors(positions[at : at + SEARCH_BATCH]), at):
+                n = number[i] = distinct.setdefault(hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), len(first))
+                if n == len(first):
+                    first.append(positions[i])
+        owning: list[set[str]] = []  # per distinct vector, the sessions owning its nearest vectors
+        k = min(NEAREST, self.index.dense.index.ntotal)
+        for at in range(0, len(first), SEARCH_BATCH):
+            _, found = self.index.dense.index.search(self._vectors(np.asarray(first[at : at + SEARCH_BATCH])), k)
+            owning += [{self.sessions[h] for h in hits if h >= 0} for hits in self.owners[np.where(found >= 0, found, 0)].tolist()]
+        near: dict[str, set[str]] = {sid: set() for sid in linked}
+        for owner, n in zip(self.owners[positions].tolist(), number.tolist()):
+            near[self.sessions[owner]] |= owning[n]
         return near
 
     def _sharing(self, linked: list[str]) -> dict[str, set[str]]:
@@ -327,9 +337,10 @@ class _Profiles:
         """A session's terms (`terms`) as numbers, for `links` to weigh many sessions' shared terms at once."""
         found = self._ids.get(session_id)
         if found is None:
-            vocabulary = self._vocabulary
-            found = self._ids[session_id] = np.fromiter((vocabulary.setdefault(t, len(vocabulary))
-                                                         for t in self.terms(session_id)[0]), dtype=np.int64)
+            terms, vocabulary = self.terms(session_id)[0], self._vocabulary
+            new = [t for t in terms if t not in vocabulary]
+            vocabulary.update(zip(new, range(len(vocabulary), len(vocabulary) + len(new))))
+            found = self._ids[session_id] = np.fromiter(map(vocabulary.__getitem__, terms), dtype=np.int64, count=len(terms))
         return found
 
     def links(self, session_id: str, threshold: float) -> list[Link]:

@@ -70,7 +70,7 @@ class Prepared(NamedTuple):
 
     base: bytes | None
     fresh: list[Built]
-    generation: Generation
+    generation: Generation | None  # None when nothing is fresh
 
 
 @dataclass
@@ -284,9 +284,9 @@ class Memory:
         Nothing is stored: `_add` commits it while `current` is still current."""
         sessions = current.manifest["sessions"]
         fresh = [b for b in built if sessions.get(b.session.session_id, {}).get("hash") != b.hash]
-        generation = self.generations.derive(current)
         if not fresh:
-            return Prepared(current.raw, fresh, generation)
+            return Prepared(current.raw, fresh, None)
+        generation = self.generations.derive(current)
         replaced = [b.session.session_id for b in fresh if b.session.session_id in sessions]
         for sid in replaced:  # as `Generations.begin` commits them: without the old versions, compacted
             generation.index.remove(sid)
