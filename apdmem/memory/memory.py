@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -269,14 +269,17 @@ class Memory:
                 return
             # Named unfinished (and the old versions unlisted) before any file changes: a run killed below leaves
             # files the next writer deletes, never a listed session half replaced. Running again re-adds them.
-            self.generations.begin(current, [b.session.session_id for b in fresh])
+            begun = self.generations.begin(current, [b.session.session_id for b in fresh])
             self.generations.write_sessions([(b.session, b.units, (self.writers["L2"], kept.get(b.session.session_id)))
                                              for b in fresh])
             for b in fresh:
                 (report.updated if b.session.session_id in replaced else report.added).append(b.session.session_id)
                 report.turns += len(b.session.turns)
                 report.units += len(b.units)
-            self.generations.commit(prepared.generation)
+            # What was prepared, committed over what `begin` stored (which unlisted the replaced versions): the
+            # commit writes against the generation stored now.
+            made = prepared.generation
+            self.generations.commit(replace(begun, manifest=made.manifest, index=made.index, links=made.links))
 
     def _linked(self, current, built: list[Built], spent: Usage) -> Prepared:
         """The generation `current` with the built sessions that it does not hold as they are now (`fresh`): their
