@@ -206,6 +206,16 @@ COLUMNS = ["sessions", "bulk s", "lock s", "commits", "longest hold s", "remembe
            "own files KB", "search p50 ms", "rescored p50 ms", "forget s", "RSS MB", "nbytes MB"]
 
 
+def machine() -> str:
+    """The processor, its cores and the memory of this machine (Linux names them; elsewhere the architecture)."""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        memory = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal"))) / 2**20
+    except (OSError, StopIteration, ValueError):
+        return f"{platform.machine()}, {os.cpu_count()} cores"
+    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GB"
+
+
 def _shown(value: float | int) -> str:
     return f"{value:.0f}" if isinstance(value, int) or value >= 100 else f"{value:.3g}"
 
@@ -223,8 +233,7 @@ def main() -> None:
     cached = len(embeddings._cache)
     print(f"{len(pool_sessions)} distinct sessions in {len(args.datasets)} file(s); per-text vector cache seeded with "
           f"{seeded} vectors from {args.vectors_from or 'nothing'}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"machine: {machine()}, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     meter = Meter()
     for kind in args.stores:
         with (file_store() if kind == "files" else postgres_database()) as location:

@@ -108,13 +108,46 @@ def test_a_new_session_is_compared_with_the_sessions_the_index_finds_near_it_onl
     compared = []
     monkeypatch.setattr(links, "NEAREST", 3)
     monkeypatch.setattr(links, "SHARING", 1)
-    monkeypatch.setattr(links, "_link", lambda sid, other, *rest, _link=links._link: compared.append(other) or _link(sid, other, *rest))
+
+    def similarities(profiles, sid, measured=links._Profiles.similarities):
+        found = measured(profiles, sid)  # the sessions it is compared with
+        compared.extend(found)
+        return found
+
+    monkeypatch.setattr(links._Profiles, "similarities", similarities)
     memory.ingest([SHOP_2])
     assert "s-shop1" in compared and len(set(compared)) < len(history) - 1
     assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
     monkeypatch.setattr(links, "NEAREST", 1000)
     monkeypatch.setattr(links, "SHARING", 1000)
     assert links.LinkTable.build(memory.index, memory.generations.link_threshold).dump() == memory.generations.current.links.dump()
+
+
+def test_sessions_are_linked_outside_the_lock_and_again_under_it_when_another_writer_committed_meanwhile(store_location,
+                                                                                                           history, monkeypatch):
+    # An ingestion indexes and links its sessions before it takes the writer lock. Another writer commits the
+    # session they should link with in between: under the lock the ingestion links them again, against that commit.
+    memory = Memory("alice", store=store_location, l0_mode="raw")
+    memory.ingest([s for s in history if s.session_id not in ("s-shop1", "s-shop2")])
+    other = Memory("alice", store=store_location, l0_mode="raw")
+    linked, bases = Memory._linked, []
+
+    def interleaved(self, current, built, spent):
+        bases.append(current.raw)
+        if self is memory and len(bases) == 1:
+            other.ingest([SHOP_1])  # committed after this preparation began
+        return linked(self, current, built, spent)
+
+    monkeypatch.setattr(Memory, "_linked", interleaved)
+    lock_holds = []
+    writer = memory.generations.writer
+    monkeypatch.setattr(memory.generations, "writer", lambda: lock_holds.append(1) or writer())
+    memory.ingest([SHOP_2])
+    assert len(lock_holds) == 1 and bases[0] != bases[-1]  # prepared twice: before the other's commit, then under the lock
+    assert memory.session_ids()[-2:] == ["s-shop1", "s-shop2"] and pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+    prepared = len(bases)
+    memory.ingest([make_session("s-shop3", "2024-07-01T10:00", ["I wore my Hoka Clifton shoes on a trail run."])])
+    assert len(bases) == prepared + 1 and len(lock_holds) == 2  # no other writer meanwhile: prepared once, outside the lock
 
 
 STRENGTHS = {"NaN strength": float("nan"), "infinite strength": float("inf"), "negative strength": -0.5,

@@ -299,7 +299,9 @@ def test_replacement_killed_midway_leaves_a_readable_memory(make_memory, history
     memory = make_memory(store=open_store(tmp_path))
     memory.ingest(history)
     changed = make_session("s-dog", "2024-03-10T18:30", NEW_DOG)
-    monkeypatch.setattr(memory.store, "put_text", die)  # dies after the new session.json and L0.json are written
+    put = memory.store.put
+    # Dies after the new L0 and L3 files are written, before the session.json that says the session is whole.
+    monkeypatch.setattr(memory.store, "put", lambda items: die() if any(k.endswith("/session.json") for k in items) else put(items))
     with pytest.raises(Killed):
         memory.ingest([changed])
 
@@ -359,7 +361,6 @@ import json, sys, time
 from pathlib import Path
 import apdmem.memory.memory as memory_module
 from apdmem.memory import Memory, Session
-from apdmem.memory.index import UnitIndex
 from apdmem.memory.backends import open_store
 
 memory_module.CHECKPOINT_SECONDS = 0  # checkpoint after every chunk of 32 sessions
@@ -368,17 +369,17 @@ saves = []
 from apdmem.memory.generations import Generations
 commit = Generations.commit
 Generations.commit = lambda self, generation: (commit(self, generation), saves.append(1))[0]
-add = UnitIndex.add
+write = Generations.write_sessions
 
 
-def add_then_stall(self, units, vectors):
-    add(self, units, vectors)
+def write_then_stall(self, sessions):
+    write(self, sessions)
     if saves:  # the second chunk's layers are written, its checkpoint not yet: the parent kills us here
         Path(marker).touch()
         time.sleep(120)
 
 
-UnitIndex.add = add_then_stall
+Generations.write_sessions = write_then_stall
 sessions = [Session.from_json(s) for s in json.load(open(sessions_file))]
 Memory("alice", store=open_store(directory), l0_mode="raw").ingest(sessions)
 print("finished")

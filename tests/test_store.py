@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from apdmem.errors import InvalidIdError
+from apdmem.errors import InvalidIdError, StoreError
 from apdmem.memory import Memory
 from apdmem.memory.backends import open_store
 from apdmem.memory.store import AtomicFileStore, UserStore, memory_store, session_key
@@ -115,6 +115,20 @@ def test_atomic_file_store_round_trips_and_overwrites(tmp_path):
     assert store.mget(["x.json", "nope"]) == [b'{"k": 2}', None]
     assert sorted(store.yield_keys()) == sorted(values)
     assert not [p for p in tmp_path.rglob(".tmp-*")]  # no temporary file survives a write
+
+
+def test_a_write_of_several_values_syncs_once_and_a_failed_one_leaves_no_temporary_file(tmp_path, monkeypatch):
+    # Several values: each written to a temporary file, one sync of the disk for all, then each renamed in.
+    store = open_store(tmp_path)
+    syncs = []
+    monkeypatch.setattr(os, "sync", lambda sync=os.sync: syncs.append(1) or sync())
+    store.mset([(f"s{i}/L0.json", b"[%d]" % i) for i in range(5)])
+    assert syncs == [1] and store.mget([f"s{i}/L0.json" for i in range(5)]) == [b"[%d]" % i for i in range(5)]
+    (tmp_path / "s3" / "L3.md").mkdir()  # a folder where the third value's file belongs
+    with pytest.raises(StoreError, match="is a folder where apdmem keeps a file"):
+        store.mset([("s1/L3.md", b"one"), ("s2/L3.md", b"two"), ("s3/L3.md", b"three"), ("s4/L3.md", b"four")])
+    assert store.mget(["s1/L3.md", "s2/L3.md", "s4/L3.md"]) == [b"one", b"two", None]  # renamed in order, up to it
+    assert not [p for p in tmp_path.rglob(".tmp-*")]  # the temporaries not renamed in were removed
 
 
 def test_leftover_temporary_file_is_not_a_key(tmp_path):

@@ -770,20 +770,36 @@ class Generations:
 
     def write_session(self, session: Session, units: list[Unit], *, whole: bool = True,
                       notes: tuple[str, dict[int, list[str]] | None] | None = None) -> None:
-        """Write a session's layers (under the lock): L0, then L3 (and L2 notes kept from a version it
-        replaces, `notes` as (writer, notes by turn)), then session.json, written last so that a session.json on disk
-        means the session is whole. ``whole=False`` writes L0 only."""
-        sid = session.session_id
-        self.store.put_json({key(sid, "L0.json"): [u.to_json() for u in units]})
+        """Write a session's layers (under the lock), as `write_sessions` does; ``whole=False`` writes L0 only."""
         if whole:
-            self.store.put_text({key(sid, "L3.md"): layers.render_l3(session), key(sid, "L0.md"): layers.render_l0(session, units)})
+            self.write_sessions([(session, units, notes)])
+        else:
+            sid = session.session_id
+            self.store.put_json({key(sid, "L0.json"): [u.to_json() for u in units]})
+            self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+
+    def write_sessions(self, sessions: list[tuple[Session, list[Unit], tuple[str, dict[int, list[str]] | None] | None]]) -> None:
+        """Write sessions' layers (under the lock), each given with its units and the L2 notes kept from a version
+        it replaces, as (writer, notes by turn): first L0, L3 (and those notes) of all, then every ``session.json``,
+        so that a session.json on disk means the session is whole. Two writes however many sessions: a file store
+        syncs its disk once per write, not once per file."""
+        files, heads = {}, {}
+        for session, units, notes in sessions:
+            sid = session.session_id
+            files[key(sid, "L0.json")] = _json([u.to_json() for u in units])
+            files[key(sid, "L3.md")] = layers.render_l3(session).encode()
+            files[key(sid, "L0.md")] = layers.render_l0(session, units).encode()
             writer, kept = notes or (None, None)
             if kept:
-                self.store.put_json({key(sid, "L2.json"): layers.record("L2", writer, {str(t): n for t, n in sorted(kept.items())})})
-                self.store.put_text({key(sid, "L2.md"): layers.render_l2(session, kept)})
-            self.store.put_json({key(sid, "session.json"): session.to_json()})
-        else:
-            self.store.put_text({key(sid, "L0.md"): layers.render_l0(session, units)})
+                files[key(sid, "L2.json")] = _json(layers.record("L2", writer, {str(t): n for t, n in sorted(kept.items())}))
+                files[key(sid, "L2.md")] = layers.render_l2(session, kept).encode()
+            heads[key(sid, "session.json")] = _json(session.to_json())
+        self.store.put(files)
+        self.store.put(heads)
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
 
 
 def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]], links: LinkTable) -> list[Segment | _Part]:

@@ -25,9 +25,10 @@ from rank_bm25 import BM25Okapi
 from apdmem.memory.records import Unit
 
 SPARSE_THRESHOLD = 20_000
-# Memory a loaded index holds per token of its units, besides its vectors: the token lists, the units' text and the
-# lexical index (tracemalloc over 20 LongMemEval users, 4,000 raw units, 1.7M tokens: 88 bytes per token).
-BYTES_PER_TOKEN = 88
+# Memory a loaded index holds per token of its units, besides its vectors: the token lists (words shared), the units'
+# text and the lexical index (tracemalloc over LongMemEval users of raw units: 1,000 sessions, 4,225 units, 1.8M
+# tokens with rank-bm25: 34 bytes per token; 5,000 sessions, 21,470 units, 8.9M tokens, sparse: 26).
+BYTES_PER_TOKEN = 34
 # Names what `tokenize` does; saved with each unit table so that tokens saved by another tokenizer are not reused.
 TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
@@ -45,7 +46,11 @@ _stemmer = PorterStemmer()
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stemmed word tokens without stopwords."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    try:
+        return list(map(_stem_cache.__getitem__, words))  # every word stemmed before: the usual case, at C speed
+    except KeyError:
+        return [_stem(w) for w in words]
 
 
 def spellings(texts: Iterable[str]) -> dict[str, str]:
@@ -84,6 +89,12 @@ class RankBM25:
         self._docs.extend(docs)
         self._model = None
 
+    def copy(self) -> RankBM25:
+        """A copy that adds on its own (the built model is shared: it is never changed, only built again)."""
+        fresh = RankBM25()
+        fresh._docs, fresh._model = list(self._docs), self._model
+        return fresh
+
     def _built(self):
         """BM25Okapi over the documents (None while every document is empty: rank-bm25 would divide by zero)."""
         if self._model is None and any(self._docs):
@@ -107,24 +118,37 @@ class RankBM25:
 
 
 class SparseBM25:
-    """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read."""
+    """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read.
+
+    Each term's postings are two int32 arrays (the rows holding it and how often): 8 bytes a posting, where lists of
+    Python ints took ~70 (a 5,000-session memory holds 5M postings)."""
 
     def __init__(self) -> None:
-        self._postings: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._lengths: list[int] = []
-        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._norm: np.ndarray | None = None  # each document's length term of the formula, made on first use
         self._idf: dict[str, float] | None = None
 
     def add(self, docs: list[list[str]]) -> None:
+        added: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
         for doc in docs:
             row = len(self._lengths)
             self._lengths.append(len(doc))
             for term, count in Counter(doc).items():
-                rows, counts = self._postings[term]
+                rows, counts = added[term]
                 rows.append(row)
                 counts.append(count)
-                self._frozen.pop(term, None)
-        self._idf = None
+        for term, (rows, counts) in added.items():
+            new = np.asarray(rows, dtype=np.int32), np.asarray(counts, dtype=np.int32)
+            old = self._postings.get(term)
+            self._postings[term] = new if old is None else (np.concatenate([old[0], new[0]]), np.concatenate([old[1], new[1]]))
+        self._idf, self._norm = None, None
+
+    def copy(self) -> SparseBM25:
+        """A copy that adds on its own (postings arrays are shared: `add` replaces them, never changes them)."""
+        fresh = SparseBM25()
+        fresh._postings, fresh._lengths, fresh._norm, fresh._idf = dict(self._postings), list(self._lengths), self._norm, self._idf
+        return fresh
 
     def _idf_table(self) -> dict[str, float]:
         if self._idf is None:
@@ -139,16 +163,15 @@ class SparseBM25:
         out = np.zeros(n)
         if not sum(self._lengths):
             return out
-        lengths = np.asarray(self._lengths, dtype=np.float64)
-        norm = K1 * (1 - B + B * lengths / lengths.mean())
-        idf = self._idf_table()
+        if self._norm is None:
+            lengths = np.asarray(self._lengths, dtype=np.float64)
+            self._norm = K1 * (1 - B + B * lengths / lengths.mean())
+        norm, idf = self._norm, self._idf_table()
         for term in query:
             if term not in self._postings:
                 continue
-            if term not in self._frozen:
-                rows, counts = self._postings[term]
-                self._frozen[term] = (np.asarray(rows), np.asarray(counts, dtype=np.float64))
-            rows, tf = self._frozen[term]
+            rows, counts = self._postings[term]
+            tf = counts.astype(np.float64)
             out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
         return out
 
@@ -201,6 +224,11 @@ class DenseIndex:
         keep = ids[0] >= 0
         return self.rows[ids[0][keep]], sims[0][keep]
 
+    def copy(self) -> DenseIndex:
+        fresh = DenseIndex(self.index.d)
+        fresh.index, fresh.rows = faiss.clone_index(self.index), self.rows.copy()
+        return fresh
+
     def vectors(self) -> np.ndarray:
         """Every stored vector, in insertion order."""
         if not self.index.ntotal:
@@ -217,6 +245,14 @@ def _token_lists(tokens: object, n: int) -> bool:
     # The words themselves are not checked one by one (too slow for a cold open): anything hashable only fails
     # to match, and an unhashable word makes the lexical index refuse the lists (then they are tokenized again).
     return isinstance(tokens, list) and len(tokens) == n and all(isinstance(t, list) for t in tokens)
+
+
+def _shared_words(token_lists: list[list[str]]) -> list[list[str]]:
+    """The same lists holding one string per distinct word. JSON gives each occurrence its own string (~60 bytes
+    each, 8.9M of them at 5,000 sessions); shared, a token costs its list slot (8 bytes). The words are copied, so
+    that the parsed strings are all freed together and their memory goes back to the system."""
+    words = {word: word.encode().decode() for word in set(chain.from_iterable(token_lists))}
+    return [list(map(words.__getitem__, tokens)) for tokens in token_lists]
 
 
 class UnitIndex:
@@ -320,6 +356,7 @@ class UnitIndex:
         index = cls(dimension, lexical, len(units))
         index.units, index.alive = units, np.ones(len(units), dtype=bool)
         try:
+            tokens = _shared_words(tokens)
             index.lexical.add(tokens)
             index.lexical.idf()  # built now: an unhashable word fails here, not in a search
         except TypeError:  # an unhashable "word": damaged lists
@@ -350,7 +387,10 @@ class UnitIndex:
                 self.alive[row] = False
 
     def compact(self) -> UnitIndex:
-        """A new index holding only live units; vectors are taken from FAISS, not recomputed."""
+        """A new index holding only live units; vectors are taken from FAISS, not recomputed. With none forgotten, a
+        copy of this one, the lexical index copied too (not built again) when the size picks the same backend."""
+        if self.alive.all():
+            return self._copy()
         live = np.flatnonzero(self.alive)
         renumbered = np.full(len(self.units), -1, dtype=np.int64)
         renumbered[live] = np.arange(len(live))
@@ -366,4 +406,15 @@ class UnitIndex:
         fresh.lexical.add(fresh.tokens)
         keep = self.alive[self.dense.rows]
         fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())
+        return fresh
+
+    def _copy(self) -> UnitIndex:
+        fresh = UnitIndex(self.dimension, self.lexical_kind, len(self.units))
+        fresh.units, fresh.tokens, fresh.alive = list(self.units), list(self.tokens), self.alive.copy()
+        fresh._units_with = self._units_with.copy() if self._units_with is not None else None
+        if type(fresh.lexical) is type(self.lexical):
+            fresh.lexical = self.lexical.copy()
+        else:
+            fresh.lexical.add(fresh.tokens)
+        fresh.dense = self.dense.copy()
         return fresh

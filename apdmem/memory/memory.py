@@ -12,8 +12,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 from langchain_core.documents import Document
@@ -22,12 +23,12 @@ from tqdm.auto import tqdm
 
 from apdmem.errors import ConfigError, StoreError, UnknownSessionError
 from apdmem.memory import layers, lifts
-from apdmem.memory.index import UnitIndex, spellings
+from apdmem.memory.index import UnitIndex, spellings, unit_tokens
 from apdmem.memory.links import Link
 from apdmem.memory.backends import open_store
 from apdmem.memory.loaders import session_from_messages
 from apdmem.memory.records import Session, Unit, Usage, check_id, readable
-from apdmem.memory.generations import Generations, key, listing
+from apdmem.memory.generations import Generation, Generations, key, listing
 from apdmem.memory.retriever import RERANK_POOL, SEARCH_K, HybridRetriever, date_ranges, rank_sessions, session_filter
 from apdmem.memory.retriever import rerank as rescore
 from apdmem.memory.store import UserStore, session_key
@@ -51,6 +52,25 @@ class IngestReport:
     units: int = 0
     seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
+
+
+class Built(NamedTuple):
+    """A session made ready for the index, without the lock: its hash, L0 units, their vectors and BM25 tokens."""
+
+    session: Session
+    hash: str
+    units: list[Unit]
+    vectors: np.ndarray
+    tokens: list[list[str]]
+
+
+class Prepared(NamedTuple):
+    """What `Memory._add` commits: the new generation made from the one whose manifest is `base`, and the built
+    sessions it adds (`fresh`: the others were held by `base` as they are)."""
+
+    base: bytes | None
+    fresh: list[Built]
+    generation: Generation | None  # None when nothing is fresh
 
 
 @dataclass
@@ -210,8 +230,9 @@ class Memory:
         report.seconds = time.perf_counter() - started
         return report
 
-    def _build(self, sessions: list[Session], spent: Usage) -> list[tuple[Session, list[Unit], np.ndarray]]:
-        """Units and their vectors (the slow part, done without the lock); model tokens are added to `spent`."""
+    def _build(self, sessions: list[Session], spent: Usage) -> list[Built]:
+        """Units, their vectors and BM25 tokens (the slow part, done without the lock); model tokens are added to
+        `spent`."""
         model = self.chat_model if self.l0_mode == "llm" else None
         known = self._valid_units(sessions) if model is not None else {}  # raw units cost no model call
         units, usage = layers.build_units(
@@ -224,40 +245,67 @@ class Memory:
         out, offset = [], 0
         for s in sessions:
             count = sum(len(u.embed_texts) for u in units[s.session_id])
-            out.append((s, units[s.session_id], vectors[offset : offset + count]))
+            own = units[s.session_id]
+            out.append(Built(s, s.content_hash(), own, vectors[offset : offset + count], [unit_tokens(u) for u in own]))
             offset += count
         return out
 
-    def _add(self, built: list[tuple[Session, list[Unit], np.ndarray]], spent: Usage, report: IngestReport) -> None:
-        """Commit built sessions (under the lock, against what is stored now: another writer may have added
-        some of them meanwhile)."""
+    def _add(self, built: list[Built], spent: Usage, report: IngestReport) -> None:
+        """Commit built sessions. Their index and links are made first, without the lock, against the generation
+        current then (`_linked`); under the lock, only when another writer committed meanwhile are they made again,
+        against what it committed (it may have added some of these sessions, or others to link with). Then the
+        lock is held for the commit alone: the sessions' files, the index and the manifest."""
         report.usage.merge(spent)
+        self.refresh()
+        prepared = self._linked(self.generations.current, built, spent)
         with self.generations.writer() as current:
-            sessions = current.manifest["sessions"]
-            fresh = [b for b in built if sessions.get(b[0].session_id, {}).get("hash") != b[0].content_hash()]
-            report.unchanged += sorted({s.session_id for s, _, _ in built} - {s.session_id for s, _, _ in fresh})
-            replaced = [s.session_id for s, _, _ in fresh if s.session_id in sessions]
-            kept = {s.session_id: self._valid_notes(s) for s, _, _ in fresh if s.session_id in replaced}
-            if fresh:
-                # Named unfinished (and the old versions unlisted) before any file changes: a run killed below
-                # leaves files the next writer deletes, never a listed session half replaced. Running again
-                # re-adds them.
-                current = self.generations.begin(current, [s.session_id for s, _, _ in fresh])
-            generation = self.generations.derive(current)
-            construction = generation.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
-            for name in construction:
-                construction[name] += getattr(spent, name)
-            for session, units, vectors in fresh:
-                sid = session.session_id
-                self.generations.write_session(session, units, notes=(self.writers["L2"], kept.get(sid)))
-                generation.manifest["sessions"][sid] = listing(session, len(units))
-                (report.updated if sid in replaced else report.added).append(sid)
-                report.turns += len(session.turns)
-                report.units += len(units)
-            if fresh:
-                generation.index.add([u for _, units, _ in fresh for u in units], np.concatenate([v for _, _, v in fresh]))
-                generation.links.add(generation.index, [s.session_id for s, _, _ in fresh])
-                self.generations.commit(generation)
+            if current.raw != prepared.base:
+                prepared = self._linked(current, built, spent)
+            sessions, fresh = current.manifest["sessions"], prepared.fresh
+            report.unchanged += sorted({b.session.session_id for b in built} - {b.session.session_id for b in fresh})
+            replaced = {b.session.session_id for b in fresh if b.session.session_id in sessions}
+            kept = {b.session.session_id: self._valid_notes(b.session) for b in fresh if b.session.session_id in replaced}
+            if not fresh:
+                return
+            # Named unfinished (and the old versions unlisted) before any file changes: a run killed below leaves
+            # files the next writer deletes, never a listed session half replaced. Running again re-adds them.
+            begun = self.generations.begin(current, [b.session.session_id for b in fresh])
+            self.generations.write_sessions([(b.session, b.units, (self.writers["L2"], kept.get(b.session.session_id)))
+                                             for b in fresh])
+            for b in fresh:
+                (report.updated if b.session.session_id in replaced else report.added).append(b.session.session_id)
+                report.turns += len(b.session.turns)
+                report.units += len(b.units)
+            # What was prepared, committed over what `begin` stored (which unlisted the replaced versions): the
+            # commit writes against the generation stored now.
+            made = prepared.generation
+            self.generations.commit(replace(begun, manifest=made.manifest, index=made.index, links=made.links))
+
+    def _linked(self, current, built: list[Built], spent: Usage) -> Prepared:
+        """The generation `current` with the built sessions that it does not hold as they are now (`fresh`): their
+        old versions removed, their units indexed and linked, the listing and the construction tokens updated.
+        Nothing is stored: `_add` commits it while `current` is still current."""
+        sessions = current.manifest["sessions"]
+        fresh = [b for b in built if sessions.get(b.session.session_id, {}).get("hash") != b.hash]
+        if not fresh:
+            return Prepared(current.raw, fresh, None)
+        generation = self.generations.derive(current)
+        replaced = [b.session.session_id for b in fresh if b.session.session_id in sessions]
+        for sid in replaced:  # as `Generations.begin` commits them: without the old versions, compacted
+            generation.index.remove(sid)
+            generation.links.remove(sid)
+            del generation.manifest["sessions"][sid]
+        if replaced:
+            generation.index = generation.index.compact()
+        construction = generation.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+        for name in construction:
+            construction[name] += getattr(spent, name)
+        for b in fresh:
+            generation.manifest["sessions"][b.session.session_id] = listing(b.session, len(b.units))
+        generation.index.add([u for b in fresh for u in b.units], np.concatenate([b.vectors for b in fresh]),
+                             [t for b in fresh for t in b.tokens])
+        generation.links.add(generation.index, [b.session.session_id for b in fresh])
+        return Prepared(current.raw, fresh, generation)
 
     def _valid_notes(self, session: Session) -> dict[int, list[str]]:
         """The cached L2 notes of the stored version of `session` that still hold for it: those this memory's writer

