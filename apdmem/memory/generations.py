@@ -319,6 +319,7 @@ class Generations:
             segments.append(segment)
         if not segments:
             return None, None, segments
+        values = data = None  # the tables, read and parsed: load_parts frees them one by one as it reads them
         try:
             index = UnitIndex.load_parts(parts, self.lexical) if parts else None
         except ValueError as exc:

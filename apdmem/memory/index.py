@@ -323,17 +323,21 @@ class UnitIndex:
     def load(cls, table: bytes, vectors: bytes, lexical: str = "auto") -> UnitIndex:
         """The index `dump` wrote; ValueError when the two parts are not one consistent index."""
         try:
-            data = json.loads(table)
+            parts = [(json.loads(table), vectors)]
         except (ValueError, RecursionError) as exc:
             raise ValueError(f"unreadable unit table ({exc})") from None
-        return cls.load_parts([(data, vectors)], lexical)
+        return cls.load_parts(parts, lexical)
 
     @classmethod
     def load_parts(cls, parts: list[tuple[dict, bytes]], lexical: str = "auto") -> UnitIndex:
         """The index holding the units of the parts `part` made (the table as parsed JSON, and its vectors), one
-        after the other; ValueError when a table and its vectors are not one consistent part of an index."""
+        after the other; ValueError when a table and its vectors are not one consistent part of an index.
+
+        Consumes `parts`: each is dropped from the list once read, so that the parsed tables (about three times the
+        memory of the index they make) are freed one by one rather than all held until the index is built."""
         units, tokens, rows, vectors, dimension = [], [], [], [], None
-        for data, raw in parts:
+        for i in range(len(parts)):
+            (data, raw), parts[i] = parts[i], None
             try:
                 dimension = int(data["dimension"]) if dimension is None else dimension
                 if int(data["dimension"]) != dimension:
@@ -351,6 +355,7 @@ class UnitIndex:
             units += own
             tokens += saved
             vectors.append(np.frombuffer(raw, dtype="<f4").reshape(len(own_rows), dimension))
+            del data, saved
         if dimension is None:
             raise ValueError("no unit table")
         index = cls(dimension, lexical, len(units))
