@@ -42,8 +42,11 @@ RELEVANT = -10.0
 # The cross-encoder's nominal boundary (ms-marco: relevant above 0). Quotes between RELEVANT and it are shown, as the
 # closest the memory holds, under UNCLEAR unless one of them reaches it: a reply asserts only what the model judges
 # relevant (on the 151 dev questions, quoting under QUOTED whatever reached RELEVANT made 0.311 of the quotable
-# replies confident and wrong, against 0.149 when weak quotes were hedged).
-ANSWERS = 0.0
+# replies confident and wrong, against 0.149 when weak quotes were hedged). Calibrated on the 175 quotable questions
+# of the 151 dev questions and the suite (docs/controller.md "Extractive replies"): lowering it trades hedged replies
+# for confident wrong ones about one for one (counting never-said questions answered), from 0 (52 wrong or hedged,
+# 16 confident wrong) to -1.5 (45, 19) and -10 (21, 56); -0.5 is the lowest at which no more are confident and wrong.
+ANSWERS = -0.5
 TRACED = 8  # sentences the trace shows with their scores, best first
 # The words with which a question asks to be reminded of something ("Can you remind me of", "I was wondering if you
 # could"): what follows them is what it asks (`request`).
