@@ -111,6 +111,14 @@ class Generation:
     def number(self) -> int:
         return self.manifest["generation"]
 
+    def unlist(self, session_ids: list[str]) -> None:
+        """Remove these listed sessions from this generation (one `Generations.derive` made, not yet committed):
+        their units, their links and their entries."""
+        for sid in session_ids:
+            self.index.remove(sid)
+            self.links.remove(sid)
+            del self.manifest["sessions"][sid]
+
 
 @dataclass
 class Segment:
@@ -434,7 +442,7 @@ class Generations:
         table, vectors = index.part([r for sid in part.sessions for r in rows.get(sid, ())])
         table["sessions"] = {sid: listing[sid] for sid in part.sessions}
         table["links"] = links.part(part.links)
-        self.store.put({f"index/{number}/{SEGMENT}": json.dumps(table, ensure_ascii=False).encode(),
+        self.store.put({f"index/{number}/{SEGMENT}": _json(table),
                         f"index/{number}/{VECTORS}": vectors})
         return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]), table["links"])
 
@@ -442,7 +450,7 @@ class Generations:
         """Write the manifest of a generation whose segments are stored: what makes it current."""
         stored = {**{k: v for k, v in generation.manifest.items() if k != "sessions"}, "format": FORMAT,
                   "segments": [segment.number for segment in generation.segments]}
-        raw = json.dumps(stored, ensure_ascii=False).encode()
+        raw = _json(stored)
         self.store.put({"manifest.json": raw})
         saved = Generation(raw, generation.manifest, generation.index, generation.links, generation.segments)
         self.adopt(saved)
@@ -455,10 +463,7 @@ class Generations:
         replaced = [s for s in session_ids if s in current.manifest["sessions"]]
         if replaced:
             generation = self.derive(current)
-            for sid in replaced:
-                generation.index.remove(sid)
-                generation.links.remove(sid)
-                del generation.manifest["sessions"][sid]
+            generation.unlist(replaced)
         else:
             generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index, current.links,
                                     current.segments)
@@ -527,11 +532,8 @@ class Generations:
         drops the old index, which holds their L0 text), then their files, then the marks. A kill in between
         leaves files that the next writer deletes, never a session listed again."""
         generation = self.derive(current)
-        for session_id in session_ids:
-            generation.index.remove(session_id)
-            generation.links.remove(session_id)
-            del generation.manifest["sessions"][session_id]
-            generation.manifest.setdefault("unfinished", []).append(session_id)
+        generation.unlist(session_ids)
+        generation.manifest.setdefault("unfinished", []).extend(session_ids)
         committed = self.commit(generation)
         for session_id in session_ids:
             self._delete_session(session_id)
@@ -925,7 +927,7 @@ def _saved_vectors(raw: bytes | None, texts: list[str], dimension: int) -> np.nd
 
 
 def _digest(texts: list[str]) -> str:
-    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(_json(texts)).hexdigest()
 
 
 def _settle(manifest: dict, done) -> None:

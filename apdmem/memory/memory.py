@@ -291,11 +291,8 @@ class Memory:
             return Prepared(current.raw, fresh, None)
         generation = self.generations.derive(current)
         replaced = [b.session.session_id for b in fresh if b.session.session_id in sessions]
-        for sid in replaced:  # as `Generations.begin` commits them: without the old versions, compacted
-            generation.index.remove(sid)
-            generation.links.remove(sid)
-            del generation.manifest["sessions"][sid]
-        if replaced:
+        if replaced:  # as `Generations.begin` commits them: without the old versions, compacted
+            generation.unlist(replaced)
             generation.index = generation.index.compact()
         construction = generation.manifest.setdefault("construction_usage", {"input_tokens": 0, "output_tokens": 0, "calls": 0})
         for name in construction:

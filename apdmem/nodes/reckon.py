@@ -30,7 +30,7 @@ from apdmem.memory.time_expressions import NUMBERS, VAGUE, DateHint, add_months,
 from apdmem.nodes.common import question_today
 from apdmem.nodes.decompose import choices, events
 from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
-from apdmem.nodes.tally import addends, asks_difference, asks_total, difference, same_thing, tells_a_deed, total
+from apdmem.nodes.tally import addends, asks_difference, asks_total, difference, same_thing, share_words, tells_a_deed, total
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
 UNDATED = "What I read of your conversations does not date it all (quoted, no model wrote this):"
@@ -287,7 +287,7 @@ def _stated_figures(question: str, scored: list[tuple[float, tuple[str, str, str
             best[quote[1]] = (score, quote)
     items: list[Told] = []
     for _, quote in sorted(best.values(), key=lambda pair: pair[1][1]):
-        if not any(_same_item(quote[0], other.sentence) for other in items):
+        if not any(share_words(quote[0], other.sentence, SAME_ITEM) for other in items):
             items.append(Told(*quote))
     return items if len(items) > 1 and any(_states_number(item.sentence, question) for item in items) else []
 
@@ -332,8 +332,3 @@ def _states_number(sentence: str, question: str) -> bool:
             if any(_NUMBER.match(w.strip(".,!?;:'\"()$")) for w in words[max(0, i - 3):i]):
                 return True
     return False
-
-
-def _same_item(a: str, b: str) -> bool:
-    words_a, words_b = set(tokenize(a)), set(tokenize(b))
-    return bool(words_a and words_b) and len(words_a & words_b) >= SAME_ITEM * len(words_a | words_b)

@@ -210,8 +210,11 @@ def same_thing(a: str, b: str, share: float) -> bool:
     """Whether two sentences tell of one thing: they say one name ("Natural History Museum", "Rachel Lee"; not a
     month or a day of the week), one compound ("kitchen shelves", "primary care physician": two content words in a
     row), or `share` of their content words (of both together) are the same."""
-    if _name_phrases(a) & _name_phrases(b) or _compounds(a) & _compounds(b):
-        return True
+    return bool(_name_phrases(a) & _name_phrases(b) or _compounds(a) & _compounds(b)) or share_words(a, b, share)
+
+
+def share_words(a: str, b: str, share: float) -> bool:
+    """Whether `share` of two sentences' content words (of both together) are the same."""
     words_a, words_b = set(tokenize(a)), set(tokenize(b))
     return bool(words_a and words_b) and len(words_a & words_b) >= share * len(words_a | words_b)
 
