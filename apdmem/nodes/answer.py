@@ -63,6 +63,23 @@ TRACED = 8  # sentences the trace shows with their scores, best first
 # could"): what follows them is what it asks (`request`).
 _LEAD_IN = re.compile(r"\b(?:remind me(?: of)?|wondering(?: if| whether)?(?: you could)?,?|trying to recall|tell me(?: about)?)\s+",
                       re.IGNORECASE)
+# What a question asks for when it asks for a kind of value that must be said to be known (`asked_value`): a measure
+# ("How much does it cost?", "How long have I ...?"; not "how many", a count, which sentences without a number add up
+# to), a colour, a name ("What is my dentist's name?", "Which brand ...?", "Who ...?"); and how a sentence says one
+# (`says_value`). Calibrated on the 151 dev questions and the suite together (docs/controller.md "Extractive replies").
+_ASKED_VALUES = {
+    "measure": re.compile(r"\b(?:how (?:much|old|long|far|fast|tall|big)|what (?:time|year|age)|phone number|salary|price|cost)\b",
+                          re.IGNORECASE),
+    "colour": re.compile(r"\bcolou?rs?\b", re.IGNORECASE),
+    "name": re.compile(r"\b(?:names?|brands?|who|whom|whose)\b", re.IGNORECASE),
+}
+_MEASURE = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+                      r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+                      r"thousand|million|dozen|half|couple|few|once|twice)\b|\ban? (?:year|month|week|day|hour|minute)",
+                      re.IGNORECASE)
+_COLOUR = re.compile(r"\b(?:red|blue|green|black|white|gr[ae]y|silver|yellow|orange|purple|pink|brown|gold|beige|navy|"
+                     r"teal|maroon)\b", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z][\w'’-]*")
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -82,7 +99,7 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
     if reply is None:
         quotes = scored_quotes(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                settings.reranker())
-        reply, quoted = quoted_reply(quotes), chosen(quotes)
+        reply, quoted = quoted_reply(quotes, state["question"]), chosen(quotes, state["question"])
         traced = [{"score": round(q.score, 3), "session_id": q.session_id, "date": q.date, "turn": q.turn,
                    "sentence": q.sentence, "quoted": q in quoted, "follows": q.follows} for q in quotes[:TRACED]]
         annotate(quotes=traced)
@@ -95,7 +112,7 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
 
 def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
     """The reply of the extractive mode for this disclosed `evidence` (`quoted_reply` of `scored_quotes`)."""
-    return quoted_reply(scored_quotes(question, evidence, memory, reranker))
+    return quoted_reply(scored_quotes(question, evidence, memory, reranker), question)
 
 
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
@@ -173,14 +190,14 @@ def request(question: str) -> str:
     return " ".join(question[found[-1].end():].split()) if found else question
 
 
-def quoted_reply(quotes: list[Quote]) -> str:
-    """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
-    them reaches ANSWERS), one line per message,
+def quoted_reply(quotes: list[Quote], question: str = "") -> str:
+    """The extractive reply to `question` from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR
+    when none of them reaches ANSWERS), one line per message,
     the latest message first, its sentences in the order it says them; when they come from several messages, each
     line is marked "latest" or "earlier" (a question about the past, "where did I live before?", finds its answer
-    among the earlier ones). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came closest
+    among the earlier ones). NOT_FOUND when none is chosen, naming the sessions whose sentences came closest
     (`closest`)."""
-    quoted = chosen(quotes)
+    quoted = chosen(quotes, question)
     if not quoted:
         return "\n".join([NOT_FOUND, *closest(quotes)])
     messages: dict[tuple, list[Quote]] = {}
@@ -194,11 +211,51 @@ def quoted_reply(quotes: list[Quote]) -> str:
     return "\n".join(lines)
 
 
-def chosen(quotes: list[Quote]) -> list[Quote]:
-    """The quotes a reply shows: the QUOTES best of those scoring at least RELEVANT (the ones that answer the
-    question), the latest message first, a message's sentences in their order."""
+def chosen(quotes: list[Quote], question: str = "") -> list[Quote]:
+    """The quotes a reply to `question` shows: the QUOTES best of those scoring at least RELEVANT (the ones that
+    answer the question), the latest message first, a message's sentences in their order; none when the question
+    asks for a kind of value (`asked_value`) none of them says (`says_value`): "What brand of dog food does Biscuit
+    eat?" is not answered by "Biscuit loves his food."."""
     answering = [q for q in quotes if q.score >= RELEVANT][:QUOTES]
+    kind = asked_value(question)
+    if kind and not any(says_value(kind, q.sentence, question) for q in answering):
+        return []
     return sorted(answering, key=lambda q: (*q.said, -q.at), reverse=True)
+
+
+def asked_value(question: str) -> str | None:
+    """The kind of value a question asks for when it must be said to be known: "measure", "colour" or "name"; None
+    for any other question.
+
+    >>> asked_value("How much did I pay for the blue bike?"), asked_value("What is my dentist's name?")
+    ('measure', 'name')
+    >>> asked_value("How many bikes do I have?") is None  # a count: sentences without a number add up to it
+    True
+    """
+    return next((kind for kind, asks in _ASKED_VALUES.items() if asks.search(question)), None)
+
+
+def says_value(kind: str, sentence: str, question: str) -> bool:
+    """Whether a sentence says a value of this kind: a number or a duration ("a year") for a measure, a colour, or for
+    a name a capitalized word after its first that the question does not say ("I" aside, "Alex's" is "Alex").
+
+    >>> says_value("name", "My dentist is Dr. Okafor.", "What is my dentist's name?")
+    True
+    >>> says_value("name", "Her name is Alex and she plays violin.", "What is Alex's last name?")
+    False
+    """
+    if kind == "measure":
+        return bool(_MEASURE.search(sentence))
+    if kind == "colour":
+        return bool(_COLOUR.search(sentence))
+    asked = {_stem(word).lower() for word in _WORD.findall(question)}
+    return any(word[0].isupper() and _stem(word) != "I" and _stem(word).lower() not in asked
+               for word in _WORD.findall(sentence)[1:])
+
+
+def _stem(word: str) -> str:
+    """A word without what follows its apostrophe: "Alex's" and "I'm" name Alex and I."""
+    return re.split("['’]", word)[0]
 
 
 def closest(quotes: list[Quote]) -> list[str]:
