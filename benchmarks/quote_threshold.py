@@ -69,14 +69,14 @@ def main() -> None:
             memory = Memory(item.question_id, store=str(settings.cache), l0_mode="raw")
             memory.ingest(item.sessions)  # stored sessions are skipped
             cases.append({"group": "abstention" if item.is_abstention else item.question_type, "stale": [],
-                          "kind": "never" if item.is_abstention else "answer", "answers": [item.answer],
+                          "kind": "never" if item.is_abstention else "answer", "answers": [item.answer], "question": item.question,
                           "quotes": disclosed(memory, item.question, item.question_date, settings, reranker)})
         for scenario in tqdm(load_suite(), desc="evolving suite"):
             memory = Memory(f"evolving-{scenario.id}", store=str(settings.cache), l0_mode="raw")
             memory.ingest(scenario.sessions)
             for q in scenario.questions:
                 cases.append({"group": f"suite {q.kind}", "kind": q.kind, "answers": q.answers, "stale": q.stale,
-                              "quotes": disclosed(memory, q.question, q.date, settings, reranker)})
+                              "question": q.question, "quotes": disclosed(memory, q.question, q.date, settings, reranker)})
     print(f"{len(cases)} questions; share of right replies, averaged over question groups / over questions:\n")
     print("quotes  " + "".join(f"{t:>13.1f}" for t in args.thresholds))
     for quotes in args.quotes:
@@ -85,7 +85,7 @@ def main() -> None:
             with mock.patch.object(answer, "RELEVANT", threshold), mock.patch.object(answer, "QUOTES", quotes):
                 groups = defaultdict(list)
                 for case in cases:
-                    groups[case["group"]].append(right(case, answer.quoted_reply(case["quotes"])))
+                    groups[case["group"]].append(right(case, answer.quoted_reply(case["quotes"], case["question"])))
             cells.append(f"{mean([mean(g) for g in groups.values()]):.3f}/{mean([x for g in groups.values() for x in g]):.3f}")
         print(f"{quotes:<8}" + "".join(f"{c:>13}" for c in cells))
 

@@ -2,6 +2,7 @@
 itself, the answer quotes the disclosed evidence with its date, and the output says which mode answered.
 Real models and a real haystack (the LongMemEval-S item shipped with the package); nothing is scripted."""
 
+import doctest
 import re
 from dataclasses import replace
 
@@ -17,8 +18,9 @@ from apdmem.memory.records import Turn
 from apdmem.memory.time_expressions import dated, undated
 from apdmem.models import LOCAL_CHAT, get_chat_model, get_reranker, is_embedded, is_generative
 from apdmem.models.local import package_dir
-from apdmem.nodes.answer import (ANSWERS, CLOSEST, NOT_FOUND, QUOTED, QUOTES, RELEVANT, UNCLEAR, Quote, chosen,
-                                 extractive_answer, quoted_reply, request, scored_quotes)
+from apdmem.nodes import answer
+from apdmem.nodes.answer import (ANSWERS, CLOSEST, FOLLOWS, NOT_FOUND, QUOTED, QUOTES, RELEVANT, UNCLEAR, Quote, chosen,
+                                 extractive_answer, followed_up, quoted_reply, request, scored_quotes)
 from apdmem.tools import read_raw
 
 QUOTE = re.compile(r'^- (?:(?:latest|earlier), )?(\d{4}-\d\d-\d\d), (.+?) said: (".*)$', re.M)  # one line per message
@@ -145,6 +147,50 @@ def test_quotes_that_answer_come_latest_first_one_line_per_message():
     # Nothing answers: the memory does not hold it, and the sessions that came closest are named by their dates.
     assert quoted_reply([noise, replace(old, score=RELEVANT - 2)]) == f"{NOT_FOUND}\n{CLOSEST} 2023-06-01, 2023-01-12."
     assert quoted_reply([]) == NOT_FOUND
+
+
+def test_a_question_asking_for_a_measure_a_colour_or_a_name_is_not_answered_by_quotes_that_say_none():
+    """A relevance model finds "We bought a sofa for the new flat." relevant to "How much did the sofa cost?"; what
+    it asks for, a measure, is in no quote, so the memory does not hold it. A count is not a measure: sentences
+    without a number add up to it."""
+    sofa = Quote("We bought a sofa for the new flat.", "s-sofa", "2023-02-04", 0, 0, "", "user", score=2.0)
+    asked = {"How much did the sofa cost?": False, "What colour is the sofa?": False, "Who sold us the sofa?": False,
+             "How many sofas do we have?": True, "Did we buy a sofa?": True}
+    for question, answered in asked.items():
+        assert (chosen([sofa], question) == [sofa]) is answered, question
+        assert (quoted_reply([sofa], question) == f"{NOT_FOUND}\n{CLOSEST} 2023-02-04.") is not answered, question
+    said = [replace(sofa, sentence=text, at=40) for text in ("It was 450 euros in the sale.", "It is dark green velvet.",
+                                                             "We got it from Marta, a neighbour.")]
+    for (question, _), quote in zip(asked.items(), said):
+        assert chosen([sofa, quote], question) == [sofa, quote], question
+    # A name is a capitalized word after the first that the question does not say.
+    assert not answer.says_value("name", "Her name is Alex and she paints.", "What is Alex's last name?")
+    assert answer.says_value("name", "Her name is Alex Moreau.", "What is Alex's last name?")
+    assert doctest.testmod(answer).failed == 0
+
+
+def test_a_later_message_that_follows_up_the_best_quote_takes_its_score():
+    """An update is worded like what it updates, not like the question, and often over two sentences: read with the
+    best quote as the query, the pair of them follows it up, and each takes the best quote's score."""
+    def said(sentence, day, turn, at=0, score=-11.0):
+        return Quote(sentence, f"s-{day}", day, turn, at, "", "user", score)
+
+    best = said("I coach the under-nine netball team at my daughter's school on Saturday mornings.", "2022-10-01", 0, score=1.5)
+    before = said("I bought new trainers for the netball season.", "2022-09-01", 0, score=-9.0)  # earlier: never raised
+    handed = said("I handed the netball team over to another parent in January.", "2023-03-05", 0)
+    instead = said("I referee hockey matches at the sports club instead.", "2023-03-05", 0, at=62)
+    other = said("The roast chicken recipe worked perfectly.", "2023-03-05", 2)
+    reranker = get_reranker()
+    together, alone = reranker.score([(best.sentence, f"{handed.sentence} {instead.sentence}"), (best.sentence, instead.sentence)])
+    assert together >= FOLLOWS > alone  # the change reads as one with the sentence before it
+    raised = followed_up([best, before, handed, instead, other], reranker)
+    assert [(q.sentence, q.score, q.follows) for q in raised[:3]] == [(best.sentence, 1.5, False), (handed.sentence, 1.5, True),
+                                                                        (instead.sentence, 1.5, True)]
+    assert raised[3:] == [before, other]
+    assert QUOTED + '\n- latest, 2023-03-05, you said: "I handed' in quoted_reply(raised)
+    # Nothing answers: nothing to follow up.
+    weak = [replace(best, score=RELEVANT - 1), handed, instead]
+    assert followed_up(weak, reranker) == weak
 
 
 def test_a_small_memory_is_read_whole_and_the_reply_leads_with_what_changed_last(make_memory):

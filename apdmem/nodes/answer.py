@@ -7,6 +7,8 @@
   their session and scoring at least `RELEVANT` are quoted, with the session's date and who said them, the latest
   session's first and marked as the latest when they come from several. When none answers, the reply says the memory does not hold it and names the
   sessions that came closest. No model writes a word of it; the trace shows each sentence's score.
+  A later message that follows up the best quote (`followed_up`: "I switched from the food bank to the animal
+  shelter." after "I volunteer at the food bank") is quoted with it, though it may not share a word with the question.
 
 When the memory does not hold the answer at all (`apdmem.nodes.holds`: the question names something no disclosed
 sentence says), the extractive reply says so and names the sessions that came closest; a chat model reads it in
@@ -47,11 +49,37 @@ RELEVANT = -10.0
 # for confident wrong ones about one for one (counting never-said questions answered), from 0 (52 wrong or hedged,
 # 16 confident wrong) to -1.5 (45, 19) and -10 (21, 56); -0.5 is the lowest at which no more are confident and wrong.
 ANSWERS = -0.5
+# The cross-encoder's logit at or above which two neighbouring sentences of a later message, read with the best quote as
+# the query, follow it up (`followed_up`). An update is often worded unlike the question and like what it updates:
+# against "Where do I volunteer now?" "I switched from the food bank to the animal shelter." scores -10.5, against "I
+# volunteer at the food bank every Saturday morning" (its pair with the next sentence) -2.6; a sentence on something
+# else of the same session -11.2. Calibrated on the 151 dev questions and the suite's 147 together (docs/controller.md
+# "Extractive replies"): from -4.5 to -3 the suite's current value leads 50 of 51 replies (47 without), the dev
+# knowledge-update replies contain the gold 19 of 19 (18) and no reply of any type loses its gold or turns
+# confidently wrong; -5 and -2.5 each lead one fewer. -3.5 sits inside the plateau.
+FOLLOWS = -3.5
 TRACED = 8  # sentences the trace shows with their scores, best first
 # The words with which a question asks to be reminded of something ("Can you remind me of", "I was wondering if you
 # could"): what follows them is what it asks (`request`).
 _LEAD_IN = re.compile(r"\b(?:remind me(?: of)?|wondering(?: if| whether)?(?: you could)?,?|trying to recall|tell me(?: about)?)\s+",
                       re.IGNORECASE)
+# What a question asks for when it asks for a kind of value that must be said to be known (`asked_value`): a measure
+# ("How much does it cost?", "How long have I ...?"; not "how many", a count, which sentences without a number add up
+# to), a colour, a name ("What is my dentist's name?", "Which brand ...?", "Who ...?"); and how a sentence says one
+# (`says_value`). Calibrated on the 151 dev questions and the suite together (docs/controller.md "Extractive replies").
+_ASKED_VALUES = {
+    "measure": re.compile(r"\b(?:how (?:much|old|long|far|fast|tall|big)|what (?:time|year|age)|phone number|salary|price|cost)\b",
+                          re.IGNORECASE),
+    "colour": re.compile(r"\bcolou?rs?\b", re.IGNORECASE),
+    "name": re.compile(r"\b(?:names?|brands?|who|whom|whose)\b", re.IGNORECASE),
+}
+_MEASURE = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+                      r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+                      r"thousand|million|dozen|half|couple|few|once|twice)\b|\ban? (?:year|month|week|day|hour|minute)",
+                      re.IGNORECASE)
+_COLOUR = re.compile(r"\b(?:red|blue|green|black|white|gr[ae]y|silver|yellow|orange|purple|pink|brown|gold|beige|navy|"
+                     r"teal|maroon)\b", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z][\w'’-]*")
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -71,9 +99,9 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
     if reply is None:
         quotes = scored_quotes(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                settings.reranker())
-        reply, quoted = quoted_reply(quotes), chosen(quotes)
+        reply, quoted = quoted_reply(quotes, state["question"]), chosen(quotes, state["question"])
         traced = [{"score": round(q.score, 3), "session_id": q.session_id, "date": q.date, "turn": q.turn,
-                   "sentence": q.sentence, "quoted": q in quoted} for q in quotes[:TRACED]]
+                   "sentence": q.sentence, "quoted": q in quoted, "follows": q.follows} for q in quotes[:TRACED]]
         annotate(quotes=traced)
         emit(runtime, event="quotes", threshold=RELEVANT, quotes=traced)
     evidence = state.get("evidence", [])
@@ -84,7 +112,7 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
 
 def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
     """The reply of the extractive mode for this disclosed `evidence` (`quoted_reply` of `scored_quotes`)."""
-    return quoted_reply(scored_quotes(question, evidence, memory, reranker))
+    return quoted_reply(scored_quotes(question, evidence, memory, reranker), question)
 
 
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
@@ -94,7 +122,7 @@ def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote
     heading (`Quote.heading`), after it; its score is its best reading's. The reading under the heading counts
     only when it scores above the heading alone: a heading that answers does not lift every item below it. A
     sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
-    question naming them finds it."""
+    question naming them finds it. The sentences that follow up the best one then take its score (`followed_up`)."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
     pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
@@ -105,13 +133,45 @@ def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote
         return max(alone, under[1]) if under and under[1] > under[0] else alone
 
     best = [max(relevance(q, ask) for ask in asked) for q in quotes]
-    return sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score)
+    return followed_up(sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score), reranker)
+
+
+def followed_up(quotes: list[Quote], reranker) -> list[Quote]:
+    """Scored quotes (best first) with the sentences that follow up the best one raised to its score: each pair of
+    neighbouring disclosed sentences of a message said after the best quote's (a message's only sentence alone) is
+    read with the best quote as the query, and the sentences of a pair scoring FOLLOWS or more are `Quote.follows`.
+    A change is told in the words of what it changes, not of the question ("I switched from the food bank to the
+    animal shelter." for "Where do I volunteer now?"), often over two sentences ("I quit Bean There. I'm opening my
+    own bakery called Crumb and Co in March!"); raised, it is quoted, and as the latest message, first."""
+    if not quotes or quotes[0].score < RELEVANT:
+        return quotes
+    best = quotes[0]
+    pairs = _neighbours([q for q in quotes if q.said > best.said])
+    if not pairs:
+        return quotes
+    scores = reranker.score([(_texts(best)[0], _said(pair[0].speaker, " ".join(q.sentence for q in pair))) for pair in pairs])
+    follows = {q for pair, score in zip(pairs, scores) if score >= FOLLOWS for q in pair if q.score < best.score}
+    raised = (replace(q, score=best.score, follows=True) if q in follows else q for q in quotes)
+    return sorted(raised, key=lambda q: -q.score)
+
+
+def _neighbours(quotes: list[Quote]) -> list[list[Quote]]:
+    """The pairs of neighbouring quotes of each message, in the order it says them; a message's only quote alone."""
+    messages: dict[tuple, list[Quote]] = {}
+    for q in sorted(quotes, key=lambda q: (*q.said, q.at)):
+        messages.setdefault(q.said, []).append(q)
+    return [parts[i:i + 2] for parts in messages.values() for i in range(max(len(parts) - 1, 1))]
+
+
+def _said(speaker: str, text: str) -> str:
+    """What the cross-encoder reads of words a named `speaker` said: their name before them."""
+    return f"{speaker}: {text}" if speaker else text
 
 
 def _texts(quote: Quote) -> list[str]:
     """What `scored_quotes` reads of a quote: the quote (after its speaker's name, when one is known), then, when it
     falls under a heading, the heading alone and the quote after it."""
-    said = f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
+    said = _said(quote.speaker, quote.sentence)
     return [said, quote.heading, f"{quote.heading} {said}"] if quote.heading else [said]
 
 
@@ -130,14 +190,14 @@ def request(question: str) -> str:
     return " ".join(question[found[-1].end():].split()) if found else question
 
 
-def quoted_reply(quotes: list[Quote]) -> str:
-    """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
-    them reaches ANSWERS), one line per message,
+def quoted_reply(quotes: list[Quote], question: str = "") -> str:
+    """The extractive reply to `question` from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR
+    when none of them reaches ANSWERS), one line per message,
     the latest message first, its sentences in the order it says them; when they come from several messages, each
     line is marked "latest" or "earlier" (a question about the past, "where did I live before?", finds its answer
-    among the earlier ones). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came closest
+    among the earlier ones). NOT_FOUND when none is chosen, naming the sessions whose sentences came closest
     (`closest`)."""
-    quoted = chosen(quotes)
+    quoted = chosen(quotes, question)
     if not quoted:
         return "\n".join([NOT_FOUND, *closest(quotes)])
     messages: dict[tuple, list[Quote]] = {}
@@ -151,11 +211,51 @@ def quoted_reply(quotes: list[Quote]) -> str:
     return "\n".join(lines)
 
 
-def chosen(quotes: list[Quote]) -> list[Quote]:
-    """The quotes a reply shows: the QUOTES best of those scoring at least RELEVANT (the ones that answer the
-    question), the latest message first, a message's sentences in their order."""
+def chosen(quotes: list[Quote], question: str = "") -> list[Quote]:
+    """The quotes a reply to `question` shows: the QUOTES best of those scoring at least RELEVANT (the ones that
+    answer the question), the latest message first, a message's sentences in their order; none when the question
+    asks for a kind of value (`asked_value`) none of them says (`says_value`): "What brand of dog food does Biscuit
+    eat?" is not answered by "Biscuit loves his food."."""
     answering = [q for q in quotes if q.score >= RELEVANT][:QUOTES]
+    kind = asked_value(question)
+    if kind and not any(says_value(kind, q.sentence, question) for q in answering):
+        return []
     return sorted(answering, key=lambda q: (*q.said, -q.at), reverse=True)
+
+
+def asked_value(question: str) -> str | None:
+    """The kind of value a question asks for when it must be said to be known: "measure", "colour" or "name"; None
+    for any other question.
+
+    >>> asked_value("How much did I pay for the blue bike?"), asked_value("What is my dentist's name?")
+    ('measure', 'name')
+    >>> asked_value("How many bikes do I have?") is None  # a count: sentences without a number add up to it
+    True
+    """
+    return next((kind for kind, asks in _ASKED_VALUES.items() if asks.search(question)), None)
+
+
+def says_value(kind: str, sentence: str, question: str) -> bool:
+    """Whether a sentence says a value of this kind: a number or a duration ("a year") for a measure, a colour, or for
+    a name a capitalized word after its first that the question does not say ("I" aside, "Alex's" is "Alex").
+
+    >>> says_value("name", "My dentist is Dr. Okafor.", "What is my dentist's name?")
+    True
+    >>> says_value("name", "Her name is Alex and she plays violin.", "What is Alex's last name?")
+    False
+    """
+    if kind == "measure":
+        return bool(_MEASURE.search(sentence))
+    if kind == "colour":
+        return bool(_COLOUR.search(sentence))
+    asked = {_stem(word).lower() for word in _WORD.findall(question)}
+    return any(word[0].isupper() and _stem(word) != "I" and _stem(word).lower() not in asked
+               for word in _WORD.findall(sentence)[1:])
+
+
+def _stem(word: str) -> str:
+    """A word without what follows its apostrophe: "Alex's" and "I'm" name Alex and I."""
+    return re.split("['’]", word)[0]
 
 
 def closest(quotes: list[Quote]) -> list[str]:

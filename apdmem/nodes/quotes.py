@@ -28,6 +28,7 @@ class Quote:
     role: str
     score: float = 0.0
     heading: str = ""  # the heading it falls under in its message (`heading`)
+    follows: bool = False  # it follows up the best quote and carries its score (`apdmem.nodes.answer.followed_up`)
 
     @property
     def said(self) -> tuple[str, str, int]:
