@@ -23,6 +23,7 @@ from apdmem.memory.records import Usage
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
+from apdmem.nodes.yesno import verdict
 
 NOT_FOUND = "I don't have that information from our past conversations."
 CLOSEST = "The closest I read are the conversations of"
@@ -71,7 +72,7 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
     if reply is None:
         quotes = scored_quotes(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
                                settings.reranker())
-        reply, quoted = quoted_reply(quotes), chosen(quotes)
+        reply, quoted = quoted_reply(quotes, state["question"]), chosen(quotes)
         traced = [{"score": round(q.score, 3), "session_id": q.session_id, "date": q.date, "turn": q.turn,
                    "sentence": q.sentence, "quoted": q in quoted} for q in quotes[:TRACED]]
         annotate(quotes=traced)
@@ -84,35 +85,47 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
 
 def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
     """The reply of the extractive mode for this disclosed `evidence` (`quoted_reply` of `scored_quotes`)."""
-    return quoted_reply(scored_quotes(question, evidence, memory, reranker))
+    return quoted_reply(scored_quotes(question, evidence, memory, reranker), question)
 
 
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
 
-    A sentence is scored against the question and against its `request`, read alone and, when it falls under a
-    heading (`Quote.heading`), after it; its score is its best reading's. The reading under the heading counts
-    only when it scores above the heading alone: a heading that answers does not lift every item below it. A
-    sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
-    question naming them finds it."""
+    A sentence is scored against the question and against its `request`, read alone and after its context; its
+    score is its best reading's. Two contexts can lift it: the heading it falls under (`Quote.heading`), when the
+    sentence after it scores above the heading alone (a heading that answers does not lift every item below it),
+    and the sentence before it (`Quote.before`: "I was in Japan in May." before "I spent two weeks there."), when
+    that one does not answer alone (scores below ANSWERS: a sentence that follows an answer does not take its
+    score) and the two read together score above it. A sentence a named person said is read with their name before
+    it ("Aisha: I quit Bean There."), so that a question naming them finds it."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
     pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
     scores = dict(zip(pairs, reranker.score(pairs))) if pairs else {}
 
     def relevance(q: Quote, ask: str) -> float:
-        alone, *under = (scores[ask, text] for text in _texts(q))
-        return max(alone, under[1]) if under and under[1] > under[0] else alone
+        said = _said(q)
+        best = scores[ask, said]
+        if q.heading and (under := scores[ask, f"{q.heading} {said}"]) > scores[ask, q.heading]:
+            best = max(best, under)
+        if q.before and (alone := scores[ask, q.before]) < ANSWERS and (after := scores[ask, f"{q.before} {said}"]) > alone:
+            best = max(best, after)
+        return best
 
     best = [max(relevance(q, ask) for ask in asked) for q in quotes]
     return sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score)
 
 
+def _said(quote: Quote) -> str:
+    """A quote as the cross-encoder reads it: after its speaker's name, when one is known."""
+    return f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
+
+
 def _texts(quote: Quote) -> list[str]:
-    """What `scored_quotes` reads of a quote: the quote (after its speaker's name, when one is known), then, when it
-    falls under a heading, the heading alone and the quote after it."""
-    said = f"{quote.speaker}: {quote.sentence}" if quote.speaker else quote.sentence
-    return [said, quote.heading, f"{quote.heading} {said}"] if quote.heading else [said]
+    """What `scored_quotes` reads of a quote: the quote (`_said`), then each context it has (its heading, the
+    sentence before it) alone and the quote after it."""
+    return [_said(quote), *(text for context in (quote.heading, quote.before) if context
+                            for text in (context, f"{context} {_said(quote)}"))]
 
 
 def request(question: str) -> str:
@@ -130,13 +143,14 @@ def request(question: str) -> str:
     return " ".join(question[found[-1].end():].split()) if found else question
 
 
-def quoted_reply(quotes: list[Quote]) -> str:
+def quoted_reply(quotes: list[Quote], question: str = "") -> str:
     """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
-    them reaches ANSWERS), one line per message,
-    the latest message first, its sentences in the order it says them; when they come from several messages, each
-    line is marked "latest" or "earlier" (a question about the past, "where did I live before?", finds its answer
-    among the earlier ones). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came closest
-    (`closest`)."""
+    them reaches ANSWERS), one line per message, the latest message first, its sentences in the order it says them;
+    when they come from several messages, each line is marked "latest" or "earlier" (a question about the past,
+    "where did I live before?", finds its answer among the earlier ones). Asked whether the user did one thing, a
+    line after the heading says "Yes" or "No" when a quote that reaches ANSWERS says so in so many words
+    (`apdmem.nodes.yesno.verdict`). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came
+    closest (`closest`)."""
     quoted = chosen(quotes)
     if not quoted:
         return "\n".join([NOT_FOUND, *closest(quotes)])
@@ -144,6 +158,8 @@ def quoted_reply(quotes: list[Quote]) -> str:
     for q in quoted:
         messages.setdefault(q.said, []).append(q)
     lines = [QUOTED if max(q.score for q in quoted) >= ANSWERS else UNCLEAR]
+    if (decided := verdict(question, quoted)) and decided[1].score >= ANSWERS:
+        lines.append(f"{decided[0]}, according to what you said on {decided[1].date[:10]}.")
     for said, parts in messages.items():
         first = parts[0]
         when = (("latest, " if said == quoted[0].said else "earlier, ") if len(messages) > 1 else "") + first.date[:10]
