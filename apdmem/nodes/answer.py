@@ -45,9 +45,11 @@ RELEVANT = -10.0
 # relevant (on the 151 dev questions, quoting under QUOTED whatever reached RELEVANT made 0.311 of the quotable
 # replies confident and wrong, against 0.149 when weak quotes were hedged). Calibrated on the 175 quotable questions
 # of the 151 dev questions and the suite (docs/controller.md "Extractive replies"): lowering it trades hedged replies
-# for confident wrong ones about one for one (counting never-said questions answered), from 0 (52 wrong or hedged,
-# 16 confident wrong) to -1.5 (45, 19) and -10 (21, 56); -0.5 is the lowest at which no more are confident and wrong.
-ANSWERS = -0.5
+# for confident wrong ones about one for one (counting never-said questions answered). Rule: the fewest quotable replies
+# wrong or hedged among the values with no more confident wrong than at 0, the higher of a tie. Swept again once
+# quotes were read after the sentence before them (-10 to +4): 0 and -0.5 tie (47 wrong or hedged, 16 confident wrong;
+# -1.5: 41, 21; -10: 19, 55), so the model's own boundary.
+ANSWERS = 0.0
 TRACED = 8  # sentences the trace shows with their scores, best first
 # The words with which a question asks to be reminded of something ("Can you remind me of", "I was wondering if you
 # could"): what follows them is what it asks (`request`).
