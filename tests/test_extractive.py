@@ -52,6 +52,13 @@ def test_local_names_no_generative_model_and_local_smollm2_the_embedded_one():
 def test_sentences_and_the_user_salient_ones():
     text = "Hi there!  I adopted a beagle named Biscuit on March 3.\nShe is 10 weeks old. Is that young?"
     assert sentences(text) == ["Hi there!", "I adopted a beagle named Biscuit on March 3.", "She is 10 weeks old.", "Is that young?"]
+    # An item's number starts its sentence: a list, a chess game, "No. 5"; a number that ends a sentence still ends it.
+    assert sentences("Try these:\n1. Duolingo. 2. Memrise uses mnemonics.\n28. Kg3 would be my move.") == [
+        "Try these:", "1. Duolingo.", "2. Memrise uses mnemonics.", "28. Kg3 would be my move."]
+    # (only a capital after the number ends a sentence: "26. hxg4" never did)
+    assert sentences("25. g4 hxg4 26. hxg4 Rh8 27. Kg2 Bd5+ 28. Kg3 Be6") == ["25. g4 hxg4 26. hxg4 Rh8", "27. Kg2 Bd5+", "28. Kg3 Be6"]
+    assert sentences("I live at No. 5 Elm Road. I am 32. My son is 4. We like Vol. 2 best.") == [
+        "I live at No. 5 Elm Road.", "I am 32.", "My son is 4.", "We like Vol. 2 best."]
     long_turn = Turn("user", " ".join(f"Sentence number {i} is here." for i in range(400)))
     notes = turn_sentences(long_turn)
     assert sum(map(len, notes)) <= 2000 and all(n in long_turn.content for n in notes)
@@ -257,7 +264,7 @@ def test_a_list_item_the_assistant_gave_is_quoted_when_a_question_recalls_the_co
                 "options, and I was wondering if you could remind me of the one that uses mnemonics to help learners memorize words?")
     assert request(question) == "the one that uses mnemonics to help learners memorize words?"
     quotes = scored_quotes(question, read_raw(memory, "s-apps"), memory, get_reranker())
-    assert quotes[0].sentence == "Memrise - Memrise uses mnemonics to help learners memorize words and phrases."
+    assert quotes[0].sentence == "2. Memrise - Memrise uses mnemonics to help learners memorize words and phrases."
     assert quotes[0].role == "assistant" and quotes[0].score >= ANSWERS
     assert quotes[0].heading == "Sure, there are several good language learning apps, depending on your goals:"
     reply = extractive_answer(question, read_raw(memory, "s-apps"), memory, get_reranker())
@@ -267,3 +274,76 @@ def test_a_list_item_the_assistant_gave_is_quoted_when_a_question_recalls_the_co
     quotes = scored_quotes(question, read_raw(memory, "s-song"), memory, get_reranker())
     chords = next(q for q in quotes if q.sentence == "Dm G C Am")
     assert chords.heading == "Chorus:" and quotes.index(chords) < QUOTES
+
+
+# --- An item's number, the sentence before, yes or no --------------------------------------------------------------
+
+CHESS = [
+    make_session("s-chess", "2023-05-21T10:00", [
+        "Let's play chess, you're white. 1. e4 e5 2. Nf3 Nc6 3. Bb5 a6", "4. Ba4 would be my move.",
+        "I play 4... Nf6. Your move.", "5. O-O is my choice here, castling to keep the king safe."]),
+    make_session("s-trip", "2023-05-30T10:00", [
+        "I'm planning a trip to Asia and I'm considering visiting Japan again.", "Japan is wonderful in autumn.",
+        "I visited the Fushimi Inari Shrine when I was in Japan last spring. I spent two weeks traveling solo around "
+        "the country and it was an incredible experience.", "That sounds amazing! Solo travel there is easy."]),
+    make_session("s-soup", "2023-03-05T10:00", ["Can you suggest a recipe for lentil soup?", "Sure: lentils, carrots, onion and cumin.",
+                                                "I'll make it tonight for my roommate Sam.", "Enjoy!"]),
+]
+
+
+def test_a_numbered_move_is_quoted_with_its_number(make_memory):
+    """An item's number starts its sentence ("28. Kg3 would be my move."), in the reply and in the L2 notes."""
+    memory = make_memory()
+    memory.ingest(CHESS)
+    final, _ = run_graph("I'm looking back at our chess game. What was the move you made after 3. Bb5 a6?", Context(),
+                         "2023/06/01 (Thu) 10:00", memory=memory)
+    assert ("2023-05-21", "the assistant", "4. Ba4 would be my move.") in quoted(final["answer"])
+    assert memory.notes("s-chess", [1]) == {1: ["4. Ba4 would be my move."]}
+
+
+def test_a_sentence_is_read_after_the_one_before_it_when_that_one_names_its_subject(make_memory):
+    """"I spent two weeks traveling solo around the country" says where only after the sentence before it; read after
+    it, it answers and the reply asserts. A sentence after one that answers alone does not take its score."""
+    memory = make_memory()
+    memory.ingest(CHESS)
+    question = "How long was I in Japan for?"
+    quotes = scored_quotes(question, read_raw(memory, "s-trip"), memory, get_reranker())
+    weeks = next(q for q in quotes if q.sentence.startswith("I spent two weeks"))
+    assert weeks.before.startswith("I visited the Fushimi Inari Shrine") and weeks.score >= ANSWERS
+    final, _ = run_graph(question, Context(), "2023/06/01 (Thu) 10:00", memory=memory)
+    assert final["answer"].startswith(QUOTED + "\n") and "two weeks" in final["answer"]
+    # The sentence before answers alone: the one after it is scored as itself.
+    question = "When did I visit the Fushimi Inari Shrine?"
+    quotes = scored_quotes(question, read_raw(memory, "s-trip"), memory, get_reranker())
+    visited, weeks = (next(q for q in quotes if q.sentence.startswith(start)) for start in ("I visited", "I spent"))
+    assert visited.score >= ANSWERS and weeks.before == visited.sentence
+    assert weeks.score == pytest.approx(get_reranker().score([(question, weeks.sentence)])[0], abs=1e-4)
+
+
+BOOKS = [
+    make_session("s-books1", "2023-01-21T10:00", [
+        "I've been meaning to get back to 'Dune' by Frank Herbert, which I put down. Do you think I'll finish reading "
+        "'Dune' by Frank Herbert before the book club?", "If you read on your commute, you easily will.",
+        "I'm planning to finish reading 'Hyperion' by Dan Simmons this weekend.", "Good luck with it!"]),
+    make_session("s-soup", "2023-03-05T10:00", ["Can you suggest a recipe for lentil soup?", "Sure: lentils, carrots, onion and cumin.",
+                                                "I'll make it tonight for my roommate Sam.", "Enjoy!"]),
+    make_session("s-books2", "2023-03-30T10:00", [
+        "I loved 'Dune'! I finally finished reading 'Dune' by Frank Herbert last week, what a world.",
+        "Glad you enjoyed it! Next, try 'Children of Dune'.",
+        "I haven't finished 'The Silmarillion' by Tolkien, it is too dense for me.", "It is a demanding read."]),
+]
+
+
+@pytest.mark.parametrize("question, said", [
+    ("Did I finish reading 'Dune' by Frank Herbert?", "Yes, according to what you said on 2023-03-30."),
+    ("Did I finish 'The Silmarillion' by Tolkien?", "No, according to what you said on 2023-03-30."),
+    ("Did I finish reading 'Hyperion' by Dan Simmons?", None),  # only planned
+    ("Did I finish reading 'Dune' or 'Hyperion'?", None),  # not one action
+])
+def test_a_question_whether_the_user_did_something_is_answered_yes_or_no_only_by_what_they_said(make_memory, question, said):
+    memory = make_memory()
+    memory.ingest(BOOKS)
+    final, _ = run_graph(question, Context(), "2023/06/01 (Thu) 10:00", memory=memory)
+    lines = final["answer"].splitlines()
+    assert lines[0] == QUOTED and quoted(final["answer"])
+    assert (lines[1] if not lines[1].startswith("- ") else None) == said

@@ -36,7 +36,8 @@ def stored(store_location, history, embeddings, monkeypatch) -> str:
     return store_location
 
 
-@pytest.mark.parametrize("other", [SMOLLM2_L1, None], ids=["another model", "no writer recorded"])
+@pytest.mark.parametrize("other", [SMOLLM2_L1, "extractive (layers-2)", None],
+                         ids=["another model", "an earlier builder", "no writer recorded"])
 def test_a_layer_another_writer_cached_is_made_again_when_read(stored, history, other):
     memory = Memory("alice", store=stored)
     plant(memory, "s-dog", l1_writer=other, l2_writer=other)
@@ -61,7 +62,7 @@ def test_reindex_layers_makes_every_other_writers_layer_again(stored, history, c
     code = main(["reindex", "--layers", "--user", "alice", "--store", stored, "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "user 'alice': L1 of 2 and L2 of 2 session(s) written by another writer made again by 'extractive (layers-2)'" in out
+    assert "user 'alice': L1 of 2 and L2 of 2 session(s) written by another writer made again by 'extractive (layers-3)'" in out
     for sid in ("s-dog", "s-job"):
         session = next(s for s in history if s.session_id == sid)
         l1, l2 = (memory.store.get_json(f"sessions/{sid}/{name}") for name in ("L1.json", "L2.json"))
@@ -71,7 +72,7 @@ def test_reindex_layers_makes_every_other_writers_layer_again(stored, history, c
         assert INVENTED not in memory.store.get_text(f"sessions/{sid}/L1.md") + memory.store.get_text(f"sessions/{sid}/L2.md")
     assert memory.store.get("sessions/s-knee/L1.json") == kept
     main(["reindex", "--layers", "--user", "alice", "--store", stored, "--quiet"])
-    assert "every cached L1/L2 was written by 'extractive (layers-2)'; nothing to make again" in capsys.readouterr().out
+    assert "every cached L1/L2 was written by 'extractive (layers-3)'; nothing to make again" in capsys.readouterr().out
     again = Memory("alice", store=stored).rebuild_layers()
     assert (again.l1, again.l2, again.usage.calls) == ([], {}, 0)  # nothing left to make
 

@@ -36,7 +36,8 @@ MAX_FACTS = 25
 FACT_CHARS = 300  # an extractive L1 fact is one sentence of at most this length
 # What L1 and L2 hold, by version of their builder: a cache written by another version is stale and rebuilt.
 # 2: each fact and note carries the dates its time expressions name (`time_expressions.dated`).
-LAYER_BUILDER = "layers-2"
+# 3: an item's number starts its sentence ("28. Kg3 would be my move.", not "28." and "Kg3 would be my move.": `sentences`).
+LAYER_BUILDER = "layers-3"
 
 
 class WindowSummary(BaseModel):
@@ -232,7 +233,7 @@ def writer(model_id: str, layer: str) -> str:
     prompt, or by an earlier version of the builder is never served as this configuration's.
 
     >>> writer("extractive", "L1"), writer("local:smollm2", "L2")[:22]
-    ('extractive (layers-2)', 'local:smollm2 (prompt ')
+    ('extractive (layers-3)', 'local:smollm2 (prompt ')
     """
     if model_id == EXTRACTIVE:
         return f"{EXTRACTIVE} ({LAYER_BUILDER})"
@@ -257,30 +258,54 @@ def recorded(data: object, layer: str) -> tuple[str | None, object]:
 # --- Extractive L1 and L2: sentences of the session itself ------------------------------------------------
 
 # A sentence ends at ., ! or ? followed by a space and a capital, digit or opening quote, unless the word before is
-# a title or an initial ("Dr. Alvarez", "J. K. Rowling"); a line break always ends one.
+# a title or an initial ("Dr. Alvarez", "J. K. Rowling"), the text so far is an item's number ("28. Kg3 would be
+# my move.", "1. Duolingo", "2.1. Setup"), or a number follows an abbreviation that stands before numbers ("No. 5",
+# "Vol. 2", "v. 3"); a line break always ends one.
 _LINE_BREAK = re.compile(r"\s*\n\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'“(\[]?[A-Z0-9])")
 _ABBREVIATION = re.compile(r"(?:\b(?:Dr|Mr|Mrs|Ms|Mx|Prof|Sr|Jr|St|Mt|vs|e\.g|i\.e)|(?<![\w.])[A-Z])\.$")
+_ENUMERATOR = re.compile(r"\d+(?:\.\d+)*\.")
+_BEFORE_NUMBER = re.compile(r"\b(?:[Nn]os?|[Vv]ol|[Oo]p|[Ff]ig|pp?|[Cc]h|v|[Vv]er|approx|ca)\.$")
+_ITEM_NUMBER = re.compile(r"(?<![\w.])(\d+)\.(?=\s|$)")  # "27." in "26. hxg4 Rh8 27. Kg2"
 _FIRST_PERSON = re.compile(r"\b(?:i|my|me|mine|myself|we|our|ours|us)\b(?![\w-])", re.I)
 _DIGIT = re.compile(r"\d")
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of a text in order, each on one line (runs of whitespace become one space).
+    """The sentences of a text in order, each on one line (runs of whitespace become one space). The number of an
+    item of a numbered list or a chess game starts the item's sentence (`_sentence_break`).
 
-    >>> sentences("I saw Dr. Alvarez. Is that enough?\\n- and 2 hats")
-    ['I saw Dr. Alvarez.', 'Is that enough?', '- and 2 hats']
+    >>> sentences("I saw Dr. Alvarez. Is that enough?\\n- and 2 hats\\n28. Kg3 would be my move. It was No. 5.")
+    ['I saw Dr. Alvarez.', 'Is that enough?', '- and 2 hats', '28. Kg3 would be my move.', 'It was No. 5.']
+    >>> sentences("26. hxg4 Rh8 27. Kg2 Bd5+ 28. Kg3 Be6")
+    ['26. hxg4 Rh8', '27. Kg2 Bd5+', '28. Kg3 Be6']
     """
     found = []
     for line in _LINE_BREAK.split(text):
         current = ""
-        for piece in _SENTENCE_END.split(line):
+        pieces = _SENTENCE_END.split(line)
+        for piece, following in zip(pieces, [*pieces[1:], None]):
             current = f"{current} {piece}" if current else piece
-            if not _ABBREVIATION.search(current):
-                found.append(current)
-                current = ""
+            if following is not None and (end := _sentence_break(current, following)) is not None:
+                found.append(current[:end])
+                current = current[end:].lstrip()
         found.append(current)
     return [one_line(s) for s in found if s.strip()]
+
+
+def _sentence_break(text: str, following: str) -> int | None:
+    """Where a sentence ends in `text`, which ends with ., ! or ? before `following`: at its end; None when it goes
+    on (a title or initial, an item's number alone, an abbreviation before a number: `_ABBREVIATION`, `_ENUMERATOR`,
+    `_BEFORE_NUMBER`); or before its last number when the text is a run of numbered items ("26. hxg4 Rh8 27."), whose
+    numbers count up by one from its start: that number begins the next item."""
+    if _ABBREVIATION.search(text) or _ENUMERATOR.fullmatch(text) or _BEFORE_NUMBER.search(text) and following[:1].isdigit():
+        return None
+    numbers = list(_ITEM_NUMBER.finditer(text))
+    counted = [int(n.group(1)) for n in numbers]
+    if len(numbers) > 1 and numbers[0].start() == 0 and numbers[-1].end() == len(text) \
+            and counted == list(range(counted[0], counted[0] + len(numbers))):
+        return numbers[-1].start()
+    return len(text)
 
 
 def salience(sentence: str) -> int:

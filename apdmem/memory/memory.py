@@ -637,7 +637,7 @@ class Memory:
         read); this does the work at once, e.g. after changing the chat model.
 
         >>> Memory("maya").rebuild_layers()       # after answering with local:smollm2 once     # doctest: +SKIP
-        LayersReport(writer='extractive (layers-2)', l1=['chat-7'], l2=['chat-7'], seconds=0.2, usage=Usage(...))
+        LayersReport(writer='extractive (layers-3)', l1=['chat-7'], l2=['chat-7'], seconds=0.2, usage=Usage(...))
         """
         started, report = time.perf_counter(), LayersReport(self.writers["L1"])
         for sid in self.session_ids():

@@ -25,6 +25,7 @@ from apdmem.memory.records import Usage
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
+from apdmem.nodes.yesno import verdict
 
 NOT_FOUND = "I don't have that information from our past conversations."
 CLOSEST = "The closest I read are the conversations of"
@@ -46,9 +47,11 @@ RELEVANT = -10.0
 # relevant (on the 151 dev questions, quoting under QUOTED whatever reached RELEVANT made 0.311 of the quotable
 # replies confident and wrong, against 0.149 when weak quotes were hedged). Calibrated on the 175 quotable questions
 # of the 151 dev questions and the suite (docs/controller.md "Extractive replies"): lowering it trades hedged replies
-# for confident wrong ones about one for one (counting never-said questions answered), from 0 (52 wrong or hedged,
-# 16 confident wrong) to -1.5 (45, 19) and -10 (21, 56); -0.5 is the lowest at which no more are confident and wrong.
-ANSWERS = -0.5
+# for confident wrong ones about one for one (counting never-said questions answered). Rule: the fewest quotable replies
+# wrong or hedged among the values with no more confident wrong than at 0, the higher of a tie. Swept again once
+# quotes were read after the sentence before them (-10 to +4): 0 and -0.5 tie (47 wrong or hedged, 16 confident wrong;
+# -1.5: 41, 21; -10: 19, 55), so the model's own boundary.
+ANSWERS = 0.0
 # The cross-encoder's logit at or above which two neighbouring sentences of a later message, read with the best quote as
 # the query, follow it up (`followed_up`). An update is often worded unlike the question and like what it updates:
 # against "Where do I volunteer now?" "I switched from the food bank to the animal shelter." scores -10.5, against "I
@@ -118,19 +121,27 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
 def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
 
-    A sentence is scored against the question and against its `request`, read alone and, when it falls under a
-    heading (`Quote.heading`), after it; its score is its best reading's. The reading under the heading counts
-    only when it scores above the heading alone: a heading that answers does not lift every item below it. A
-    sentence a named person said is read with their name before it ("Aisha: I quit Bean There."), so that a
-    question naming them finds it. The sentences that follow up the best one then take its score (`followed_up`)."""
+    A sentence is scored against the question and against its `request`, read alone and after its context; its
+    score is its best reading's. Two contexts can lift it: the heading it falls under (`Quote.heading`), when the
+    sentence after it scores above the heading alone (a heading that answers does not lift every item below it),
+    and the sentence before it (`Quote.before`: "I was in Japan in May." before "I spent two weeks there."), when
+    that one does not answer alone (scores below ANSWERS: a sentence that follows an answer does not take its
+    score) and the two read together score above it. A sentence a named person said is read with their name before
+    it ("Aisha: I quit Bean There."), so that a question naming them finds it. The sentences that follow up the best
+    one then take its score (`followed_up`)."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
     pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
     scores = dict(zip(pairs, reranker.score(pairs))) if pairs else {}
 
     def relevance(q: Quote, ask: str) -> float:
-        alone, *under = (scores[ask, text] for text in _texts(q))
-        return max(alone, under[1]) if under and under[1] > under[0] else alone
+        said = _said(q.speaker, q.sentence)
+        best = scores[ask, said]
+        if q.heading and (under := scores[ask, f"{q.heading} {said}"]) > scores[ask, q.heading]:
+            best = max(best, under)
+        if q.before and (alone := scores[ask, q.before]) < ANSWERS and (after := scores[ask, f"{q.before} {said}"]) > alone:
+            best = max(best, after)
+        return best
 
     best = [max(relevance(q, ask) for ask in asked) for q in quotes]
     return followed_up(sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score), reranker)
@@ -169,10 +180,10 @@ def _said(speaker: str, text: str) -> str:
 
 
 def _texts(quote: Quote) -> list[str]:
-    """What `scored_quotes` reads of a quote: the quote (after its speaker's name, when one is known), then, when it
-    falls under a heading, the heading alone and the quote after it."""
+    """What `scored_quotes` reads of a quote: the quote (`_said`), then each context it has (its heading, the
+    sentence before it) alone and the quote after it."""
     said = _said(quote.speaker, quote.sentence)
-    return [said, quote.heading, f"{quote.heading} {said}"] if quote.heading else [said]
+    return [said, *(text for context in (quote.heading, quote.before) if context for text in (context, f"{context} {said}"))]
 
 
 def request(question: str) -> str:
@@ -191,12 +202,13 @@ def request(question: str) -> str:
 
 
 def quoted_reply(quotes: list[Quote], question: str = "") -> str:
-    """The extractive reply to `question` from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR
-    when none of them reaches ANSWERS), one line per message,
-    the latest message first, its sentences in the order it says them; when they come from several messages, each
-    line is marked "latest" or "earlier" (a question about the past, "where did I live before?", finds its answer
-    among the earlier ones). NOT_FOUND when none is chosen, naming the sessions whose sentences came closest
-    (`closest`)."""
+    """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
+    them reaches ANSWERS), one line per message, the latest message first, its sentences in the order it says them;
+    when they come from several messages, each line is marked "latest" or "earlier" (a question about the past,
+    "where did I live before?", finds its answer among the earlier ones). Asked whether the user did one thing, a
+    line after the heading says "Yes" or "No" when a quote that reaches ANSWERS says so in so many words
+    (`apdmem.nodes.yesno.verdict`). NOT_FOUND when none scores RELEVANT, naming the sessions whose sentences came
+    closest (`closest`)."""
     quoted = chosen(quotes, question)
     if not quoted:
         return "\n".join([NOT_FOUND, *closest(quotes)])
@@ -204,6 +216,8 @@ def quoted_reply(quotes: list[Quote], question: str = "") -> str:
     for q in quoted:
         messages.setdefault(q.said, []).append(q)
     lines = [QUOTED if max(q.score for q in quoted) >= ANSWERS else UNCLEAR]
+    if (decided := verdict(question, quoted)) and decided[1].score >= ANSWERS:
+        lines.append(f"{decided[0]}, according to what you said on {decided[1].date[:10]}.")
     for said, parts in messages.items():
         first = parts[0]
         when = (("latest, " if said == quoted[0].said else "earlier, ") if len(messages) > 1 else "") + first.date[:10]

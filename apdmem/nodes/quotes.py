@@ -29,6 +29,7 @@ class Quote:
     score: float = 0.0
     heading: str = ""  # the heading it falls under in its message (`heading`)
     follows: bool = False  # it follows up the best quote and carries its score (`apdmem.nodes.answer.followed_up`)
+    before: str = ""  # the sentence before it in its message, unless that is its heading (`sentence_before`)
 
     @property
     def said(self) -> tuple[str, str, int]:
@@ -57,8 +58,10 @@ def verbatim_sentences(evidence: list, memory) -> list[Quote]:
             where = next((i for i, text in texts.items() if sentence in text), None)
             if where is not None:
                 turn = session.turns[where]
+                title = heading(turn.content, sentence)
                 found[sentence] = Quote(sentence, item["session_id"], item["date"], where, texts[where].index(sentence),
-                                        turn.speaker or "", turn.role, heading=heading(turn.content, sentence))
+                                        turn.speaker or "", turn.role, heading=title,
+                                        before=sentence_before(turn.content, sentence, title))
     return list(found.values())
 
 
@@ -73,6 +76,19 @@ def heading(message: str, sentence: str) -> str:
     lines = [one_line(line) for line in message.splitlines() if line.strip()]
     at = next((i for i, line in enumerate(lines) if sentence in line), len(lines))
     return next((line for line in reversed(lines[:at]) if line.endswith(":")), "")
+
+
+def sentence_before(message: str, sentence: str, title: str = "") -> str:
+    """The sentence before one of a message's sentences ("" for its first, or when it is the heading `title`). A
+    sentence often leaves out what the one before it named ("I was in Japan a few months ago. I spent two weeks
+    traveling around the country.").
+
+    >>> sentence_before("I was in Japan in May. I spent two weeks there.", "I spent two weeks there.")
+    'I was in Japan in May.'
+    """
+    said = sentences(message)
+    at = said.index(sentence) if sentence in said else 0
+    return said[at - 1] if at and said[at - 1] != title else ""
 
 
 def _without_speaker(item) -> str:
