@@ -30,7 +30,7 @@ from apdmem.memory.time_expressions import NUMBERS, VAGUE, DateHint, add_months,
 from apdmem.nodes.common import question_today
 from apdmem.nodes.decompose import choices, events
 from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
-from apdmem.nodes.tally import (FIGURE_FRAME, addends, asks_difference, asks_total, difference, of_what_is_asked, same_thing, share_words,
+from apdmem.nodes.tally import (FIGURE_FRAME, addends, asks_difference, asks_total, difference, asked_of, items_said, same_thing, share_words,
                                 tells_a_deed, things_told, total)
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
@@ -336,14 +336,19 @@ def _within(told: Told, date_ranges: list[list[str]]) -> bool:
 
 def figures_reply(question: str, quotes: list[tuple[str, str, str]], reranker, asked: str) -> str:
     """The sum ("total") or the difference ("difference") of the figures the quotes relevant to the question (above
-    ADDS for a sum, TELLS for a difference) and of what it asks (`tally.of_what_is_asked`) state (`tally.total`,
+    ADDS for a sum, TELLS for a difference) and of what it asks (`tally.asked_of`) state (`tally.total`,
     `tally.difference`), first, then each figure with its quote; "" when the figures make none (fewer than two; for a
     difference, other than two of one thing)."""
     compared = asked == "difference"
-    bar, figures = TELLS if compared else ADDS, []
+    bar, kinds, figures = TELLS if compared else ADDS, asked_of(question), []
     for score, quote in sorted(zip(relevance(question, quotes, reranker), quotes), key=lambda pair: pair[1][1]):
-        if score > bar and of_what_is_asked(quote[0], question):
-            figures += [(figure, Told(*quote).line()) for figure in addends(quote[0], question, compared=compared)]
+        if score > bar:
+            said = items_said(quote[0], kinds)
+            figures += [(figure, Told(*quote).line(), said) for figure in addends(quote[0], question, compared=compared)]
+    # A sum adds only figures of what it asks. A difference takes figures of no item for an item no sentence names:
+    # it is said in other words ("my resort in Maui" for "Hawaii").
+    unnamed = compared and len(set().union(*(said for *_, said in figures))) < len(kinds)
+    figures = [(figure, line) for figure, line, said in figures if said or not kinds or unnamed]
     found = difference(figures) if compared else total(figures)
     if found is None:
         return ""

@@ -4,7 +4,7 @@ the two figures a difference asks for ("How much more did I raise than my goal?"
 count apart (`tells_a_deed`, `same_thing`; the count itself is `reckon.count`).
 
 A figure is one a person stated in a sentence the cross-encoder finds relevant to the question (above
-`reckon.ADDS` for a sum, `reckon.TELLS` for a difference) and that is of what the question asks (`of_what_is_asked`:
+`reckon.ADDS` for a sum, `reckon.TELLS` for a difference) and that is of what the question asks (`asked_of`:
 of one of the items it names, "gifts for my coworker and brother", not cashback; for a difference, of what it
 compares, "my target time in the marathon", not a personal best at another race): an amount of money when the
 question asks one ("how much", "cost", "spent"), else a number of things ("3 goals", "two assists", "57 rare
@@ -107,21 +107,26 @@ FIGURE_FRAME = set(tokenize("how much many more less fewer than compared differe
                              "pay money altogether combined second minute hour day night week month year time dollar"))
 
 
-def of_what_is_asked(sentence: str, question: str) -> bool:
-    """Whether a sentence's figures can be of what the question asks: it says a word of one of the items the question
-    names ("the car cover and detailing spray", "my coworker and brother": "I got my brother a $100 gift card", not
-    "I earned $50 in cashback"); for a difference naming none, a word of what it compares ("my target time in the
-    marathon": not "my personal best"). A total naming no items takes any ("siblings": "3 sisters", "a brother").
-
-    >>> of_what_is_asked("I earned $50 in cashback.", "What is the total amount I spent on gifts for my coworker and brother?")
-    False
-    """
+def asked_of(question: str) -> list[set[str]]:
+    """The words (stems) by which a sentence's figures are of what a question asks, one set per item it names ("the
+    car cover and detailing spray", "my coworker and brother"); for a difference naming none, the words of what it
+    compares ("my target time in the marathon": not "my personal best"); none when any figure will do (a total naming
+    no items: "siblings" are "3 sisters" and "a brother")."""
     items = coordinated(question)[1]
     if not items and not asks_difference(question):
-        return True
+        return []
     kinds = [set(tokenize(item)) - FIGURE_FRAME for item in items] or [set(tokenize(question)) - FIGURE_FRAME]
+    return [words for words in kinds if words]
+
+
+def items_said(sentence: str, kinds: list[set[str]]) -> set[int]:
+    """Which of the question's items (`asked_of`) a sentence says a word of.
+
+    >>> items_said("I got my brother a $100 gift card.", asked_of("What is the total I spent on gifts for my coworker and brother?"))
+    {1}
+    """
     said = set(tokenize(sentence))
-    return any(words & said for words in kinds if words) or not any(kinds)
+    return {i for i, words in enumerate(kinds) if words & said}
 
 
 def addends(sentence: str, question: str, *, compared: bool = False) -> list[Addend]:
