@@ -30,8 +30,8 @@ from apdmem.memory.time_expressions import NUMBERS, VAGUE, DateHint, add_months,
 from apdmem.nodes.common import question_today
 from apdmem.nodes.decompose import choices, events
 from apdmem.nodes.quotes import beside, said_dates, verbatim_sentences
-from apdmem.nodes.tally import (FIGURE_FRAME, addends, asks_difference, asks_total, difference, asked_of, items_said, same_thing, share_words,
-                                tells_a_deed, things_told, total)
+from apdmem.nodes.tally import (FIGURE_FRAME, addends, asked_of, asks_difference, asks_total, difference, items_said, same_thing,
+                                share_words, tells_a_deed, things_told, total)
 
 COMPUTED = "Computed from your conversations (dates and quotes as said; no model wrote this):"
 UNDATED = "What I read of your conversations does not date it all (quoted, no model wrote this):"
@@ -48,15 +48,15 @@ SAME_ITEM = 0.5  # share of their content words (of both together) two sentences
 # any bar from -4 to -9.
 TELLS = -5.0
 # The bar of a sentence stating an addend of a sum, below TELLS: a figure of the kind asked, in a sentence of what is
-# asked (`tally.of_what_is_asked`), is evidence itself ("I have a brother" scores -7.7 for "the total number of
-# siblings I have"). On the 12 dev questions that ask a total, the sums right are 7 at any bar from -5 to -7, 8 at -8
-# and -9. A difference keeps TELLS: at -7 and below, a third figure makes the two compared a guess (2 of the 5 dev
-# difference questions lost).
+# asked (`tally.asked_of`), is evidence itself ("I have a brother" scores -7.7 for "the total number of siblings I
+# have"). On the 12 dev questions that ask a total, the sums right are 7 at any bar from -5 to -7, 8 at -8 and -9. A
+# difference keeps TELLS: lower, a third figure makes the two compared a guess (of the 5 dev difference questions,
+# one lost at -7, two at -8).
 ADDS = -8.0
 # The bar of a deed a count takes when its sentence says a word of what the question counts (`counted_words`: "my
-# snake plant, which I got from my sister" for "How many plants did I acquire?", -7.1), below TELLS. On the 20 dev
-# questions the reckoning counts, the counts right are the same at -6 and -7 (one more than at TELLS); at -8 a tank
-# said of in passing is counted twice.
+# snake plant, which I got from my sister" for "How many plants did I acquire?", -7.05), below TELLS. On the 20 dev
+# questions the reckoning counts, from -6 to -7 one count more is right than at TELLS (a museum tour, -6.0, the 4th art
+# event), from -7.25 to -7.5 two more (with the snake plant); from -7.75 on, a tank said of in passing is counted twice.
 NAMES = -7.5
 
 _UNIT = r"(?P<unit>day|week|month|year)s?"
@@ -200,17 +200,11 @@ def relevance(query: str, quotes: list[tuple[str, str, str]], reranker) -> list[
     """The cross-encoder's relevance of each quote to what `query` asks about (its computation frame left out),
     each read with the name of who said it where that is a person's name ("Caroline: I went to ..."): questions
     name people."""
-    topic = _topic(query)
-    return reranker.score([(topic, f"{_name(speaker)}{sentence}") for sentence, _, speaker in quotes])
-
-
-def _topic(query: str) -> str:
-    """What a query asks about: its words but its computation frame and its dates (a count's dates are checked apart,
-    not read)."""
     topic = _FRAME.sub("", " ".join(query.split())) or query
-    for hint in resolve_relative_dates(topic, date.today()):
+    for hint in resolve_relative_dates(topic, date.today()):  # a count's dates are checked apart, not read
         topic = topic.replace(hint.expression, " ")
-    return " ".join(topic.split())
+    topic = " ".join(topic.split())
+    return reranker.score([(topic, f"{_name(speaker)}{sentence}") for sentence, _, speaker in quotes])
 
 
 def _name(speaker: str) -> str:
@@ -272,8 +266,8 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
     words but the question's) are one item, counted once, kept when one of them is dated within the question's date
     ranges (when it names some). A sentence telling of two joined things ("the peace lily and a succulent plant":
     `tally.things_told`) counts both. One line each (its most relevant sentence), oldest first, under their number;
-    "" for fewer than two items. When an item states a number of
-    what is counted ("I have 3 bikes"), the lines are listed without a count of them, the latest first and marked so."""
+    "" for fewer than two items. When an item states a number of what is counted ("I have 3 bikes"), the lines are
+    listed without a count of them, the latest first and marked so."""
     scores = relevance(question, quotes, reranker)
     stated = _stated_figures(question, list(zip(scores, quotes)))
     if stated:  # "I have 3 bikes": a count is not the answer
@@ -287,7 +281,8 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
         if not tells_a_deed(quote[0]) or score <= (NAMES if named & set(tokenize(quote[0])) else TELLS):
             continue
         told = (score, Told(*quote))
-        same = next((item for item in items if any(same_thing(quote[0], t.sentence, SAME_ITEM, question) for _, t in item)), None)
+        same = next((item for item in items if any(same_thing(quote[0], t.sentence, SAME_ITEM, question) for _, t in item)),
+                    None)
         if same is None:
             items.append([told])
         else:
@@ -302,14 +297,16 @@ def count(question: str, quotes: list[tuple[str, str, str]], reranker, date_rang
     return "\n".join([COMPUTED, f"{sum(many)} found in what I read of your conversations (each counted once, oldest first):", *lines])
 
 
+_AUXILIARIES = set(tokenize("different distinct did do does have has had are were is was can will that"))
+
+
 def counted_words(question: str) -> set[str]:
     """The words (stems) that name what a "how many" question counts, but the frame's ("different art-related events"
     -> art, relat, event; "pieces of furniture" -> piec, furnitur; "times" -> none)."""
     counted = _COUNTED.match(" ".join(question.split()))
     if not counted:
         return set()
-    return set(tokenize(counted.group(0)[len("how many"):])) - set(tokenize("different distinct did do does have has had are were is "
-                                                                            "was can will that")) - FIGURE_FRAME
+    return set(tokenize(counted.group(0)[len("how many"):])) - _AUXILIARIES - FIGURE_FRAME
 
 
 def _stated_figures(question: str, scored: list[tuple[float, tuple[str, str, str]]]) -> list[Told]:
