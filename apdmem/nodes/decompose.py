@@ -150,18 +150,28 @@ def _pair(text: str) -> list[str]:
 
 
 def _items(question: str) -> list[str]:
-    """Items named in a coordination ("X and Y" in an aggregation, "X compared to Y", "more X than Y"): the
-    question up to the first item, followed by each item. The first item starts after the nearest
-    preposition or auxiliary before the coordinator."""
+    """Items named in a coordination (`coordinated`): the question up to the first item, followed by each item."""
+    frame, items = coordinated(question)
+    return [f"{frame} {i}".strip() for i in items]
+
+
+def coordinated(question: str) -> tuple[str, list[str]]:
+    """The frame and the items a question names in a coordination ("X and Y" in an aggregation, "X compared to Y",
+    "more X than Y"); ("", []) for none. The first item starts after the nearest preposition or auxiliary before the
+    coordinator, which the frame ends with.
+
+    >>> coordinated("What is the total amount I spent on gifts for my coworker and brother?")
+    ('What is the total amount I spent on gifts for', ['my coworker', 'brother'])
+    """
     text = question.rstrip("?. ")
     joiner = _JOINERS.search(text)
     if not joiner or (joiner.group().strip().lower() == "and" and not _AGGREGATE.search(text)):
-        return []
+        return "", []
     words = text[: joiner.start()].split()
     start = max((i + 1 for i, w in enumerate(words) if w.lower() in _BOUNDARY), default=0)
     if start >= len(words):
-        return []
+        return "", []
     frame, boundary = " ".join(words[:start]), words[start - 1].lower() if start else ""
     items = [" ".join(words[start:])] + _JOINERS.split(text[joiner.end():])[: _MOST_ITEMS - 1]
     items = [re.sub(rf"^{re.escape(boundary)}\s+", "", i, flags=re.I) if boundary else i for i in items]
-    return [f"{frame} {i}".strip() for i in items if i]
+    return frame, [i for i in items if i]

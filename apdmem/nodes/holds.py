@@ -9,8 +9,10 @@ answered from it. What tells them apart is a word: the question names something 
 The memory does not hold the answer (`Holding.held` false) when the question has an *unsaid* word — one no
 disclosed evidence says and that is either a name (capitalized inside the question: "Johnson", "Seattle") or a
 word the user's whole memory never says (the index's vocabulary: "uncle", "violin") — and no disclosed sentence
-scores UNSAID_BOUND or more with the cross-encoder (a sentence that relevant answers in other words). Absence says
-something only of a memory large enough to hold the user's everyday words (KNOWN_VOCABULARY sessions): in the
+scores UNSAID_BOUND or more with the cross-encoder (a sentence that relevant answers in other words). Of a count
+question only the words of what it counts (`reckon.counted_words`) and its names must be said: its verb says how
+the items came ("How many plants did I acquire?"), which the memory says in its own words ("which I got from my
+sister"). Absence says something only of a memory large enough to hold the user's everyday words (KNOWN_VOCABULARY sessions): in the
 few sessions of a new user, most answerable questions have a word never said ("Which city do I live in now?" of
 "We moved to Lisbon"), so there the rule does not apply.
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from apdmem.memory.index import UnitIndex, tokenize
 from apdmem.nodes.answer import closest, scored_quotes
+from apdmem.nodes.reckon import counted_words, kind
 
 # Sessions a memory holds before a word it never says counts as rare. The LongMemEval histories (39-57 sessions)
 # say the question's everyday words ("now", "city", "total", "many") somewhere; the evolving-memory suite's (1-15
@@ -87,7 +90,8 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
              for token in tokenize(word)}
     asked = [token for token in spelled if token not in said]
     never = never_said(memory.index, asked)
-    unsaid = [token for token in asked if token in named or token in never]
+    counted = counted_words(question) if kind(question) == "count" else None
+    unsaid = [token for token in asked if (token in named or token in never) and (counted is None or token in named | counted)]
     if not unsaid:
         return Holding(True)
     # No verbatim sentence to weigh (only notes a model wrote) leaves the words' absence to decide.

@@ -4,9 +4,12 @@ the two figures a difference asks for ("How much more did I raise than my goal?"
 count apart (`tells_a_deed`, `same_thing`; the count itself is `reckon.count`).
 
 A figure is one a person stated in a sentence the cross-encoder finds relevant to the question (above
-`reckon.TELLS`, the bar of the reckoning's events and items): an amount of money when the question asks one ("how
-much", "cost", "spent"), else a number of things ("3 goals", "two assists", "57 rare records", "4 hours and 10
-minutes" as 250 minutes). A figure is no addend when it is a range ("$150 to $200"), a rate ("$30 per night"), a
+`reckon.ADDS` for a sum, `reckon.TELLS` for a difference) and that is of what the question asks (`asked_of`:
+of one of the items it names, "gifts for my coworker and brother", not cashback; for a difference, of what it
+compares, "my target time in the marathon", not a personal best at another race): an amount of money when the
+question asks one ("how much", "cost", "spent"), else a number of things ("3 goals", "two assists", "57 rare
+records", "4 hours and 10 minutes" and "4h 22min" as minutes, one thing a person says they have or got: "I have a
+brother"). A figure is no addend when it is a range ("$150 to $200"), a rate ("$30 per night"), a
 total already ("a total of $500"), a part of a word ("20-gallon"), or said of what may come ("I'll get the one that
 costs $150"); a difference compares rates and bounds as said ("over $300 per night" against "$30 per night"). A
 figure said again of the same thing is one: repeated across sessions, it is counted once. The result is stated
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from apdmem.memory.index import tokenize
 from apdmem.memory.time_expressions import NUMBERS, VAGUE
+from apdmem.nodes.decompose import coordinated
 
 # The words of a question that ask for a sum.
 TOTAL = re.compile(r"\b(?:total|altogether|combined|in all)\b", re.I)
@@ -31,6 +35,11 @@ _COUNTED = rf"(?<![\w$.,-])(?:{_DIGITS}|{_NUMBER_WORDS})"
 # A number of things: a number, up to two words (adjectives: "rare", "new"), a plural noun.
 _THINGS = re.compile(rf"{_COUNTED}\s+(?:[a-z][\w'-]*\s+){{0,2}}?(?P<noun>[a-z][\w'-]*s)\b", re.I)
 _MONEY = re.compile(_AMOUNT)
+# A time written short: "4h 22min", "3 hrs 5 mins" (read as minutes).
+_CLOCK = re.compile(r"(?<![\w.])(?P<hours>\d+)\s?h(?:rs?)?\s+(?:and\s+)?(?P<minutes>\d+)\s?mins?\b", re.I)
+# One thing a person says they have or got ("I have a brother", "I also got an e-reader"): a/an as one.
+_ONE = re.compile(r"\bI(?:['’]ve| have| had)?\s+(?:also\s+|just\s+)?(?:have|had|got|own|bought|adopted)\s+(?:a|an|one)\s+"
+                  r"(?P<noun>[a-z][\w'-]*[^s\W])\b(?=\s*(?:[,.;!?]|$|\s+(?:and|but|which|who|that|from|in|at|as|so)\b))", re.I)
 _HOURS_BEFORE = re.compile(rf"(?P<hours>{_DIGITS}|{_NUMBER_WORDS})\s+hours?\s+(?:and\s+)?$", re.I)
 _TIME_UNITS = re.compile(r"^(?:second|minute|hour|day|night|week|month|year|time)s$", re.I)
 # Ranges ("$150 to $200", "$60-$70"): neither end is a figure said.
@@ -93,6 +102,33 @@ def asks_total(question: str) -> bool:
     return bool(TOTAL.search(question)) and bool(re.match(r"^\s*(?:how (?:many|much)|what(?:'s| is| was) the total)\b", question, re.I))
 
 
+# Words that frame a sum or a difference, or name the unit it counts: what it is of is in the question's other words.
+FIGURE_FRAME = set(tokenize("how much many more less fewer than compared difference exceed total number amount cost price spend "
+                             "pay money altogether combined second minute hour day night week month year time dollar"))
+
+
+def asked_of(question: str) -> list[set[str]]:
+    """The words (stems) by which a sentence's figures are of what a question asks, one set per item it names ("the
+    car cover and detailing spray", "my coworker and brother"); for a difference naming none, the words of what it
+    compares ("my target time in the marathon": not "my personal best"); none when any figure will do (a total naming
+    no items: "siblings" are "3 sisters" and "a brother")."""
+    items = coordinated(question)[1]
+    if not items and not asks_difference(question):
+        return []
+    kinds = [set(tokenize(item)) - FIGURE_FRAME for item in items] or [set(tokenize(question)) - FIGURE_FRAME]
+    return [words for words in kinds if words]
+
+
+def items_said(sentence: str, kinds: list[set[str]]) -> set[int]:
+    """Which of the question's items (`asked_of`) a sentence says a word of.
+
+    >>> items_said("I got my brother a $100 gift card.", asked_of("What is the total I spent on gifts for my coworker and brother?"))
+    {1}
+    """
+    said = set(tokenize(sentence))
+    return {i for i, words in enumerate(kinds) if words & said}
+
+
 def addends(sentence: str, question: str, *, compared: bool = False) -> list[Addend]:
     """The figures of a sentence that add up to what the question asks (money for a question about money, else
     numbers of things), in their order; none for a range, a rate, a stated total or what may come. With
@@ -105,6 +141,10 @@ def addends(sentence: str, question: str, *, compared: bool = False) -> list[Add
     """
     found = []
     pattern = _MONEY if _MONEY_QUESTION.search(question) else _THINGS
+    if pattern is _THINGS:
+        found += [Addend(60 * int(m["hours"]) + int(m["minutes"]), "minutes", m.group(0), sentence) for m in _CLOCK.finditer(sentence)]
+        found += [Addend(1, m["noun"].lower(), m.group(0), sentence) for m in _ONE.finditer(sentence)
+                  if not compared and not _TIME_UNITS.match(m["noun"] + "s")]
     for m in pattern.finditer(sentence):
         before = sentence[:m.start()]
         clause = _CLAUSE.split(before)[-1]
@@ -206,16 +246,34 @@ def tells_a_deed(sentence: str) -> bool:
     return bool(_DEED.search(sentence))
 
 
-def same_thing(a: str, b: str, share: float) -> bool:
+# A thing joined to another in one sentence: "the peace lily and a succulent plant", "a lamp along with a rug".
+_JOINED = re.compile(r"\b(?:and|along with|as well as|plus)\s+(?:a|an|another|some)\s+(?P<thing>(?:[\w'-]+\s+){0,2}[\w'-]+)", re.I)
+
+
+def things_told(sentence: str, counted: set[str]) -> int:
+    """How many of what a count counts (`counted`: its stems) a sentence tells of: one, and one more for each thing
+    joined to another that says a word of it ("I bought the peace lily and a succulent plant" for plants: two).
+
+    >>> things_told("I bought the peace lily and a succulent plant two weeks ago.", {"plant"})
+    2
+    """
+    return 1 + sum(bool(counted & set(tokenize(m["thing"]))) for m in _JOINED.finditer(sentence))
+
+
+def same_thing(a: str, b: str, share: float, asked: str = "") -> bool:
     """Whether two sentences tell of one thing: they say one name ("Natural History Museum", "Rachel Lee"; not a
     month or a day of the week), one compound ("kitchen shelves", "primary care physician": two content words in a
-    row), or `share` of their content words (of both together) are the same."""
-    return bool(_name_phrases(a) & _name_phrases(b) or _compounds(a) & _compounds(b)) or share_words(a, b, share)
+    row), or `share` of their content words (of both together) are the same. The words of the question `asked` tell
+    nothing apart: every item of "How many art events did I attend?" says "art" (no name made of them alone, and
+    the share is of the other words)."""
+    known = set(tokenize(asked))
+    names = {n for n in _name_phrases(a) & _name_phrases(b) if not set(tokenize(n)) <= known}
+    return bool(names or _compounds(a) & _compounds(b)) or share_words(a, b, share, known)
 
 
-def share_words(a: str, b: str, share: float) -> bool:
-    """Whether `share` of two sentences' content words (of both together) are the same."""
-    words_a, words_b = set(tokenize(a)), set(tokenize(b))
+def share_words(a: str, b: str, share: float, known: set[str] = frozenset()) -> bool:
+    """Whether `share` of two sentences' content words (of both together, but the `known` ones) are the same."""
+    words_a, words_b = set(tokenize(a)) - known, set(tokenize(b)) - known
     return bool(words_a and words_b) and len(words_a & words_b) >= share * len(words_a | words_b)
 
 
@@ -225,9 +283,10 @@ _VERB_FORM = re.compile(rf"^(?:\w+(?:ed|ing)|{_IRREGULAR.replace(' to', '')}|mak
 
 def _compounds(sentence: str) -> set[tuple[str, str]]:
     """The compounds a sentence says ("kitchen shelves", "primary care"): two words in a row, neither a stopword nor
-    a verb form nor a word that says little of a thing ("new", "last"), as stems."""
-    words = [w if tokenize(w) and not _VERB_FORM.match(w) else "" for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", sentence.lower())]
-    return {(tokenize(a)[0], tokenize(b)[0]) for a, b in zip(words, words[1:]) if a and b}
+    a verb form nor a word that says little of a thing ("new", "last"), as stems; a hyphenated word is one ("a
+    5-gallon tank" and "a 20-gallon tank" are two)."""
+    words = [w if tokenize(w) and not _VERB_FORM.match(w) else "" for w in re.findall(r"[a-z0-9]+(?:[-'][a-z0-9]+)*", sentence.lower())]
+    return {("-".join(tokenize(a)), "-".join(tokenize(b))) for a, b in zip(words, words[1:]) if a and b}
 
 
 def _name_phrases(sentence: str) -> set[str]:
