@@ -15,6 +15,7 @@ import json
 import math
 import re
 import threading
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from itertools import chain
@@ -129,11 +130,16 @@ class RankBM25:
 class SparseBM25:
     """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read.
 
-    Each term's postings are two int32 arrays (the rows holding it and how often): 8 bytes a posting, where lists of
-    Python ints took ~70 (a 5,000-session memory holds 5M postings)."""
+    Each term's postings are arrays of C ints (the rows holding it and how often): 8 bytes a posting, where lists of
+    Python ints took ~70 (a 5,000-session memory holds 5M postings). Arrays are replaced, never changed, so that a
+    copy shares them; to add a session without copying the long postings of common words, each term's postings are
+    in two parts: the rows added last (`_TAIL` of them at most) are copied onto, and joined to the others when they
+    outgrow them. Python's `array`, not numpy's: joining two is several times cheaper (numpy reads them in place)."""
+
+    _TAIL = 1 / 32  # a term's last postings are joined to the others when they are this many of them
 
     def __init__(self) -> None:
-        self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._postings: dict[str, tuple[array, array, array, array]] = {}  # rows, counts, and the last rows, counts
         self._lengths: list[int] = []
         self._norm: np.ndarray | None = None  # each document's length term of the formula, made on first use
         self._idf: dict[str, float] | None = None
@@ -148,9 +154,11 @@ class SparseBM25:
                 rows.append(row)
                 counts.append(count)
         for term, (rows, counts) in added.items():
-            new = np.asarray(rows, dtype=np.int32), np.asarray(counts, dtype=np.int32)
-            old = self._postings.get(term)
-            self._postings[term] = new if old is None else (np.concatenate([old[0], new[0]]), np.concatenate([old[1], new[1]]))
+            first, first_counts, last, last_counts = self._postings.get(term, _NO_POSTINGS)
+            last, last_counts = last + array("i", rows), last_counts + array("i", counts)
+            if len(last) > self._TAIL * len(first):
+                first, first_counts, last, last_counts = first + last, first_counts + last_counts, _NONE, _NONE
+            self._postings[term] = first, first_counts, last, last_counts
         self._idf, self._norm = None, None
 
     def copy(self) -> SparseBM25:
@@ -162,7 +170,7 @@ class SparseBM25:
     def _idf_table(self) -> dict[str, float]:
         if self._idf is None:
             n = len(self._lengths)
-            idf = dict(zip(self._postings, self.term_idf(n, [len(r) for r, _ in self._postings.values()])))
+            idf = dict(zip(self._postings, self.term_idf(n, [len(r) + len(s) for r, _, s, _ in self._postings.values()])))
             floor = EPSILON * (sum(idf.values()) / len(idf)) if idf else 0.0
             self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
         return self._idf
@@ -185,9 +193,10 @@ class SparseBM25:
         for term in query:
             if term not in self._postings:
                 continue
-            rows, counts = self._postings[term]
-            tf = counts.astype(np.float64)
-            out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
+            first, first_counts, last, last_counts = self._postings[term]
+            for rows, counts in ((first, first_counts), (last, last_counts)) if last else ((first, first_counts),):
+                rows, tf = np.frombuffer(rows, dtype=np.intc), np.frombuffer(counts, dtype=np.intc).astype(np.float64)
+                out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
         return out
 
     def ceiling(self, query: list[str]) -> float:
@@ -197,6 +206,10 @@ class SparseBM25:
     def idf(self) -> dict[str, float]:
         """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
         return self._idf_table() if self._lengths else {}
+
+
+_NONE = array("i")  # no postings (shared: arrays are replaced, never changed)
+_NO_POSTINGS = (_NONE,) * 4
 
 
 def score_ceiling(query: list[str], idf: dict[str, float], n: int) -> float:
