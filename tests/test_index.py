@@ -122,6 +122,20 @@ def three_sessions() -> tuple[list[Unit], np.ndarray]:
     return units, random_vectors(2 * len(units), seed=3)
 
 
+def test_an_index_grown_past_the_sparse_threshold_scores_with_the_sparse_backend(monkeypatch):
+    """As a read of the same units would make it (a bulk ingest into an empty index grows it past the threshold)."""
+    monkeypatch.setattr("apdmem.memory.index.SPARSE_THRESHOLD", 5)
+    units, vectors = three_sessions()
+    index = UnitIndex(384)
+    index.add(units[:4], vectors[:8])
+    assert isinstance(index.lexical, RankBM25)
+    index.add(units[4:], vectors[8:])
+    read = UnitIndex.load(*index.dump())
+    assert isinstance(index.lexical, SparseBM25) and isinstance(read.lexical, SparseBM25)
+    query = tokenize("guitar strings and hiking boots")
+    assert np.array_equal(index.lexical.scores(query), read.lexical.scores(query)) and index.lexical.scores(query).any()
+
+
 def test_copies_of_a_dense_index_add_on_their_own():
     """Copies share the vectors: the first to add writes after them, the second moves to a matrix of its own; the
     original still holds and finds exactly its own."""

@@ -428,7 +428,12 @@ class UnitIndex:
         tokens = tokens if tokens is not None else [unit_tokens(u) for u in units]
         self._append(units, tokens)
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
-        self.lexical.add(tokens)
+        picked = make_lexical(self.lexical_kind, len(self.units))
+        if type(picked) is type(self.lexical):
+            self.lexical.add(tokens)
+        else:  # grown past the size that picks the other backend (a bulk ingest): made now, as a read would make it
+            self.lexical = picked
+            self.lexical.add(self.tokens)
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
         self.dense.add(vectors, rows)
 
