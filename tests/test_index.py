@@ -68,7 +68,9 @@ def test_sparse_bm25_scores_exactly_as_rank_bm25():
     reference.add(docs)
     sparse.add(docs[:150])
     sparse.scores(queries[0])  # caches built here must be invalidated by the next add
-    sparse.add(docs[150:])
+    for at in range(150, len(docs), 3):  # a few at a time, by copies: postings in two parts (`SparseBM25._TAIL`)
+        sparse = sparse.copy()
+        sparse.add(docs[at : at + 3])
     nonzero = 0
     for query in queries:
         expected, got = reference.scores(query), sparse.scores(query)
@@ -120,6 +122,62 @@ def three_sessions() -> tuple[list[Unit], np.ndarray]:
     return units, random_vectors(2 * len(units), seed=3)
 
 
+def test_an_index_grown_past_the_sparse_threshold_scores_with_the_sparse_backend(monkeypatch):
+    """As a read of the same units would make it (a bulk ingest into an empty index grows it past the threshold)."""
+    monkeypatch.setattr("apdmem.memory.index.SPARSE_THRESHOLD", 5)
+    units, vectors = three_sessions()
+    index = UnitIndex(384)
+    index.add(units[:4], vectors[:8])
+    assert isinstance(index.lexical, RankBM25)
+    index.add(units[4:], vectors[8:])
+    read = UnitIndex.load(*index.dump())
+    assert isinstance(index.lexical, SparseBM25) and isinstance(read.lexical, SparseBM25)
+    query = tokenize("guitar strings and hiking boots")
+    assert np.array_equal(index.lexical.scores(query), read.lexical.scores(query)) and index.lexical.scores(query).any()
+
+
+def test_copies_of_a_dense_index_add_on_their_own():
+    """Copies share the vectors: the first to add writes after them, the second moves to a matrix of its own; the
+    original still holds and finds exactly its own."""
+    vectors, first, second = random_vectors(20, seed=1), random_vectors(3, seed=2), random_vectors(4, seed=3)
+    original = DenseIndex(384)
+    original.add(vectors, list(range(20)))
+    query = second[0]
+    before = original.search(query, 5)
+    one, two = original.copy(), original.copy()
+    one.add(first, [20, 21, 22])
+    two.add(second, [20, 21, 22, 23])
+    assert np.array_equal(original.vectors(), vectors) and original.count == 20
+    assert np.array_equal(one.vectors(), np.concatenate([vectors, first]))
+    assert np.array_equal(two.vectors(), np.concatenate([vectors, second]))
+    assert all(np.array_equal(a, b) for a, b in zip(original.search(query, 5), before))
+    assert two.search(query, 1)[0].tolist() == [20] and one.search(query, 1)[0].tolist() != [20]
+    with pytest.raises(ValueError):
+        original.vectors()[0, 0] = 1.0  # what copies share is read-only
+
+
+def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch):
+    """Each session's rows, each row's session, the rows of each rare word and how many units hold each word, kept up
+    to date by additions (`add`, `extended`) and copies, are what a fresh index of the same units makes."""
+    monkeypatch.setattr("apdmem.memory.index.RARE_UNITS", 2)  # so that words stop being rare as units are added
+    units, vectors = three_sessions()
+    more = [Unit("D", 0, 2, "hiking boots for the guitar trail", embed_texts=["d"])]
+    index = UnitIndex(384)
+    index.add(units[:3], vectors[:6])
+    made = index.owners, index.rare, index.units_with  # made now, then kept up to date
+    index = index.compact()  # a copy
+    index.add(units[3:5], vectors[6:10])
+    other = UnitIndex(384)
+    other.add(units[5:] + more, np.concatenate([vectors[10:], random_vectors(1, seed=4)]))
+    index = index.extended(other)
+    fresh = UnitIndex.load(*index.dump())
+    assert index.owners.rows == fresh.owners.rows == {"A": [0, 1, 2], "B": [3, 4], "C": [5, 6, 7], "D": [8]}
+    assert [index.owners.sessions[n] for n in index.owners.session_of] == [u.session_id for u in fresh.units]
+    assert index.rare == fresh.rare and index.units_with == fresh.units_with
+    assert "hike" in made[1] and "hike" not in index.rare  # in three units now
+    assert index.rare["trail"] == (0, 8) and made[0].rows == {"A": [0, 1, 2]}  # what the first index held is as it was
+
+
 def test_compact_drops_removed_sessions_and_keeps_the_others():
     units, vectors = three_sessions()
     index = UnitIndex(384)
@@ -128,7 +186,7 @@ def test_compact_drops_removed_sessions_and_keeps_the_others():
     assert len(index) == 6 and len(index.units) == 8  # dead rows stay until compaction
     compact = index.compact()
     assert [u.session_id for u in compact.units] == ["A"] * 3 + ["C"] * 3
-    assert compact.alive.all() and compact.dense.index.ntotal == 12
+    assert compact.alive.all() and compact.dense.count == 12
     assert sorted(set(compact.dense.rows.tolist())) == list(range(6))
 
     # Exactly the index one would build from the survivors alone ...
@@ -177,7 +235,7 @@ def expected_fusion(index: UnitIndex, query: str, vector: np.ndarray) -> dict[in
     """RRF written out independently: 1/(60 + rank) per ranking, ranks from 1, plus the keyword boost."""
     lexical = index.lexical.scores(tokenize(query))
     lexical_ranked = sorted((r for r in range(len(index.units)) if index.alive[r] and lexical[r] > 0), key=lambda r: -lexical[r])
-    sims = np.array([max(float(index.dense.index.reconstruct(int(i)) @ vector) for i in np.flatnonzero(index.dense.rows == r))
+    sims = np.array([max(float(index.dense.vectors()[i] @ vector) for i in np.flatnonzero(index.dense.rows == r))
                      for r in range(len(index.units))])
     dense_ranked = sorted((r for r in range(len(index.units)) if index.alive[r]), key=lambda r: -sims[r])
     scores: dict[int, float] = {}

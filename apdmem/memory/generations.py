@@ -67,7 +67,7 @@ import json
 import logging
 import math
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -130,6 +130,10 @@ class Segment:
     links: dict[str, list]  # link lists as stored, by the session keeping them
     units: int
     part: object = None  # the link lists as stored, with their format and threshold (`LinkTable.part`)
+    # The lists of a link table that this segment's lists are, by session, for the sessions whose latest list it holds
+    # (it wrote them, or they were read from it): a table's lists are never changed, so a commit finds the same list
+    # object unchanged without comparing what it holds (`_plan`).
+    kept: dict[str, list | None] = field(default_factory=dict, compare=False)
     names: frozenset[str] = field(init=False)  # every session it holds a byte of: its own, and those of its links
 
     def __post_init__(self) -> None:
@@ -349,6 +353,10 @@ class Generations:
             table = LinkTable.load(links, listing, threshold(recorded_space(manifest.get("embeddings"))))
         except ValueError:
             table = None
+        else:
+            home = {sid: segment for segment in segments for sid in segment.links}  # where each latest list is
+            for segment in segments:
+                segment.kept = {sid: table.kept.get(sid) for sid in segment.links if home[sid] is segment}
         return index, table, segments
 
     def _whole_index(self, manifest: dict) -> tuple[UnitIndex | None, LinkTable | None, None]:
@@ -406,7 +414,7 @@ class Generations:
 
     def derive(self, generation: Generation) -> Generation:
         """A copy of `generation` to change; the stored one is untouched until `commit`."""
-        manifest = json.loads(json.dumps(generation.manifest))
+        manifest = _copied(generation.manifest)
         index = generation.index.compact() if generation.index else UnitIndex(self._dimension(), self.lexical)  # a copy
         links = generation.links.copy() if generation.links else LinkTable(self.link_threshold)
         return Generation(generation.raw, manifest, index, links, generation.segments)
@@ -422,9 +430,7 @@ class Generations:
         _settle(manifest, manifest["sessions"])
         index = generation.index if generation.index.alive.all() else generation.index.compact()
         links = generation.links if generation.links is not None else LinkTable.build(index, self.link_threshold)
-        rows: dict[str, list[int]] = defaultdict(list)
-        for row, unit in enumerate(index.units):
-            rows[unit.session_id].append(row)
+        rows = index.owners.rows  # each session's rows (kept up to date as units are added: not gathered again)
         segments, number = [], first
         for planned in _plan(generation.segments, manifest["sessions"], rows, links):
             if isinstance(planned, _Part):
@@ -444,7 +450,8 @@ class Generations:
         table["links"] = links.part(part.links)
         self.store.put({f"index/{number}/{SEGMENT}": _json(table),
                         f"index/{number}/{VECTORS}": vectors})
-        return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]), table["links"])
+        return Segment(number, table["sessions"], table["links"]["links"], len(table["units"]), table["links"],
+                       {sid: links.kept.get(sid) for sid in part.links})
 
     def _save_manifest(self, generation: Generation) -> Generation:
         """Write the manifest of a generation whose segments are stored: what makes it current."""
@@ -465,7 +472,7 @@ class Generations:
             generation = self.derive(current)
             generation.unlist(replaced)
         else:
-            generation = Generation(current.raw, json.loads(json.dumps(current.manifest)), current.index, current.links,
+            generation = Generation(current.raw, _copied(current.manifest), current.index, current.links,
                                     current.segments)
         unfinished = generation.manifest.setdefault("unfinished", [])
         unfinished += [s for s in session_ids if s not in unfinished]
@@ -494,11 +501,11 @@ class Generations:
         with self.writer() as current:
             if self.own_space(current.manifest):
                 return None
-            manifest = json.loads(json.dumps(current.manifest))
+            manifest = _copied(current.manifest)
             manifest["embeddings"] = self.space
             index = UnitIndex(self._dimension(), self.lexical)
             for sid, (units, vectors) in self._session_vectors(list(manifest["sessions"]), save=False).items():
-                manifest["sessions"][sid]["units"] = len(units)
+                manifest["sessions"][sid] = {**manifest["sessions"][sid], "units": len(units)}
                 index.add(units, vectors)
             return self.commit(Generation(current.raw, manifest, index))
 
@@ -567,13 +574,13 @@ class Generations:
         if generation.raw is not None:
             named = set(self.index_keys(generation))
             keys += [k for k in self.store.keys("index/") if k not in named]
-        listed = {session_key(s) for s in manifest["sessions"]}
         for sid in manifest.get("unfinished", []):
-            if session_key(sid) not in listed:
+            if sid not in manifest["sessions"]:
                 keys += self.store.keys(f"sessions/{session_key(sid)}/")
-        if generation.raw is not None:
+        if generation.raw is not None and (saved := self.store.keys("reindex/")):
             done = _space_tag(recorded_space(manifest.get("embeddings")))
-            keys += [k for k in self.store.keys("reindex/") if k.split("/")[1] == done or k.split("/")[-1] not in listed]
+            listed = {session_key(s) for s in manifest["sessions"]}
+            keys += [k for k in saved if k.split("/")[1] == done or k.split("/")[-1] not in listed]
         return keys, self.store.leftovers() if walk else []
 
     @staticmethod
@@ -609,7 +616,7 @@ class Generations:
             log.warning("apdmem: removed the files of %d session(s) that an interrupted write or a forget left in the "
                         "memory of user %r: %s", len(sessions), self.user_id, ", ".join(sessions))
         if generation.manifest.get("unfinished") and generation.raw is not None:
-            manifest = json.loads(json.dumps(generation.manifest))
+            manifest = _copied(generation.manifest)
             _settle(manifest, manifest.get("unfinished", []))
             generation = Generation(None, manifest, generation.index, generation.links, generation.segments)
             # a generation repaired in memory (the store refused it, then took a writer) is committed whole
@@ -817,10 +824,15 @@ def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]
     if stored is None:
         return _merged(_split(_Part(order, [sid for sid in order if sid in links.kept]), listing), listing)
     was = {sid: entry for segment in stored for sid, entry in segment.listing.items()}
-    gone = {sid for sid, entry in was.items() if listing.get(sid) != entry}
+    # Entries and link lists are replaced, never changed: the same object is unchanged (most of them, compared first).
+    fresh = [sid for sid in order if was.get(sid) is not listing[sid] and was.get(sid) != listing[sid]]
+    gone = {sid for sid in was if sid not in listing} | {sid for sid in fresh if sid in was}
     home = {sid: segment for segment in stored for sid in segment.links}  # where each session's latest list is
+    kept, unknown = links.kept, object()
     relinked = [sid for sid in order
-                if [l.to_json() for l in links.kept.get(sid, [])] != (home[sid].links[sid] if sid in home else [])]
+                if (home[sid].kept.get(sid, unknown) is not kept.get(sid)  # not the very list it stores: compare
+                    and [link.to_json() for link in kept.get(sid, [])] != home[sid].links[sid]
+                    if sid in home else sid in kept)]
     moved = set(relinked)
     plan: list[Segment | _Part] = []
     for segment in stored:
@@ -831,7 +843,6 @@ def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]
                      [sid for sid in segment.links if home[sid] is segment and sid in listing and sid not in moved])
         if part.sessions or part.links:
             plan.append(part)
-    fresh = [sid for sid in order if was.get(sid) != listing.get(sid)]
     return _merged(plan + _split(_Part(fresh, relinked), listing), listing)
 
 
@@ -928,6 +939,13 @@ def _saved_vectors(raw: bytes | None, texts: list[str], dimension: int) -> np.nd
 
 def _digest(texts: list[str]) -> str:
     return hashlib.sha256(_json(texts)).hexdigest()
+
+
+def _copied(manifest: dict) -> dict:
+    """A copy of a manifest to change. The entries of its listing are shared, not copied (a generation of thousands of
+    sessions is copied at each commit): whoever changes a copy replaces an entry, never changes it."""
+    copied = json.loads(json.dumps({key: value for key, value in manifest.items() if key != "sessions"}))
+    return {key: dict(value) if key == "sessions" else copied[key] for key, value in manifest.items()}
 
 
 def _settle(manifest: dict, done) -> None:

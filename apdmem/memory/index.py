@@ -12,7 +12,10 @@ inverted index, touching only the postings of the query terms.
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from itertools import chain
@@ -33,7 +36,8 @@ BYTES_PER_TOKEN = 34
 TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
 faiss.omp_set_num_threads(1)
-K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
+K1, B, EPSILON = 1.5, 0.75, 0.25
+RARE_UNITS = 64  # words in at most this many units are rare: the index keeps the rows holding each (`UnitIndex.rare`)  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
 
 _STOPWORDS = frozenset(
     "a an and are as at be been but by can could did do does for from had has have how i i'm if in into is it its "
@@ -116,15 +120,26 @@ class RankBM25:
         model = self._built()
         return model.idf if model else {}
 
+    @staticmethod
+    def term_idf(documents: int, holding: list[int]) -> list[float]:
+        """The idf of terms held by these numbers of documents, before the floor, as rank-bm25 computes it (math.log:
+        numpy's log differs in the last bit for a few numbers)."""
+        return [math.log(documents - n + 0.5) - math.log(n + 0.5) for n in holding]
+
 
 class SparseBM25:
     """BM25Okapi with rank-bm25's idf floor, over an inverted index; cost grows with the postings read.
 
-    Each term's postings are two int32 arrays (the rows holding it and how often): 8 bytes a posting, where lists of
-    Python ints took ~70 (a 5,000-session memory holds 5M postings)."""
+    Each term's postings are arrays of C ints (the rows holding it and how often): 8 bytes a posting, where lists of
+    Python ints took ~70 (a 5,000-session memory holds 5M postings). Arrays are replaced, never changed, so that a
+    copy shares them; to add a session without copying the long postings of common words, each term's postings are
+    in two parts: the rows added last (`_TAIL` of them at most) are copied onto, and joined to the others when they
+    outgrow them. Python's `array`, not numpy's: joining two is several times cheaper (numpy reads them in place)."""
+
+    _TAIL = 1 / 32  # a term's last postings are joined to the others when they are this many of them
 
     def __init__(self) -> None:
-        self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._postings: dict[str, tuple[array, array, array, array]] = {}  # rows, counts, and the last rows, counts
         self._lengths: list[int] = []
         self._norm: np.ndarray | None = None  # each document's length term of the formula, made on first use
         self._idf: dict[str, float] | None = None
@@ -139,9 +154,11 @@ class SparseBM25:
                 rows.append(row)
                 counts.append(count)
         for term, (rows, counts) in added.items():
-            new = np.asarray(rows, dtype=np.int32), np.asarray(counts, dtype=np.int32)
-            old = self._postings.get(term)
-            self._postings[term] = new if old is None else (np.concatenate([old[0], new[0]]), np.concatenate([old[1], new[1]]))
+            first, first_counts, last, last_counts = self._postings.get(term, _NO_POSTINGS)
+            last, last_counts = last + array("i", rows), last_counts + array("i", counts)
+            if len(last) > self._TAIL * len(first):
+                first, first_counts, last, last_counts = first + last, first_counts + last_counts, _NONE, _NONE
+            self._postings[term] = first, first_counts, last, last_counts
         self._idf, self._norm = None, None
 
     def copy(self) -> SparseBM25:
@@ -153,10 +170,16 @@ class SparseBM25:
     def _idf_table(self) -> dict[str, float]:
         if self._idf is None:
             n = len(self._lengths)
-            idf = {t: float(np.log(n - len(r) + 0.5) - np.log(len(r) + 0.5)) for t, (r, _) in self._postings.items()}
+            idf = dict(zip(self._postings, self.term_idf(n, [len(r) + len(s) for r, _, s, _ in self._postings.values()])))
             floor = EPSILON * (sum(idf.values()) / len(idf)) if idf else 0.0
             self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
         return self._idf
+
+    @staticmethod
+    def term_idf(documents: int, holding: list[int]) -> list[float]:
+        """The idf of terms held by these numbers of documents, before the floor."""
+        holding = np.asarray(holding, dtype=np.float64)
+        return (np.log(documents - holding + 0.5) - np.log(holding + 0.5)).tolist()
 
     def scores(self, query: list[str]) -> np.ndarray:
         n = len(self._lengths)
@@ -170,9 +193,10 @@ class SparseBM25:
         for term in query:
             if term not in self._postings:
                 continue
-            rows, counts = self._postings[term]
-            tf = counts.astype(np.float64)
-            out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
+            first, first_counts, last, last_counts = self._postings[term]
+            for rows, counts in ((first, first_counts), (last, last_counts)) if last else ((first, first_counts),):
+                rows, tf = np.frombuffer(rows, dtype=np.intc), np.frombuffer(counts, dtype=np.intc).astype(np.float64)
+                out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
         return out
 
     def ceiling(self, query: list[str]) -> float:
@@ -182,6 +206,10 @@ class SparseBM25:
     def idf(self) -> dict[str, float]:
         """Each indexed term's idf (with rank-bm25's floor for terms in more than half the documents)."""
         return self._idf_table() if self._lengths else {}
+
+
+_NONE = array("i")  # no postings (shared: arrays are replaced, never changed)
+_NO_POSTINGS = (_NONE,) * 4
 
 
 def score_ceiling(query: list[str], idf: dict[str, float], n: int) -> float:
@@ -204,36 +232,86 @@ def make_lexical(kind: str, size: int):
 
 
 class DenseIndex:
-    """Inner-product FAISS index over normalized vectors; each vector carries the row of its unit."""
+    """Exact inner-product search (FAISS's, as its flat index does it) over normalized vectors; each vector carries the
+    row of its unit.
+
+    The vectors are rows of a matrix that copies share, with room after them: a copy holds how many rows it sees, and
+    the first holder to add to a shared matrix writes after the rows that every holder sees (no holder reads there),
+    so that a writer's copy of a large index (one at each commit) neither copies the vectors nor is copied to add
+    some; a holder that finds the room taken, or too little, moves to a matrix twice as large."""
 
     def __init__(self, dimension: int):
-        self.index = faiss.IndexFlatIP(dimension)
+        self.dimension = dimension
+        self._matrix = _Matrix(np.empty((0, dimension), dtype=np.float32))
+        self.count = 0  # the vectors this index holds: the first rows of the matrix
         self.rows = np.zeros(0, dtype=np.int64)
 
     def add(self, vectors: np.ndarray, rows: list[int]) -> None:
-        if len(rows):
-            self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-            self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=np.int64)])
+        if not len(rows):
+            return
+        vectors, end = np.asarray(vectors, dtype=np.float32), self.count + len(rows)
+        if not self._matrix.claim(self.count, end):
+            grown = np.empty((max(2 * end, 64), self.dimension), dtype=np.float32)
+            grown[: self.count] = self.vectors()
+            self._matrix = _Matrix(grown, self.count)
+            self._matrix.claim(self.count, end)
+        self._matrix.values[self.count : end] = vectors
+        self.count = end
+        self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=np.int64)])
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows and similarities of the best `k` vectors (a row may repeat: several vectors per unit)."""
-        k = min(k, self.index.ntotal)
+        k = min(k, self.count)
         if k == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        sims, ids = self.index.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        sims, ids = self.nearest(query.reshape(1, -1), k)
         keep = ids[0] >= 0
         return self.rows[ids[0][keep]], sims[0][keep]
 
+    def nearest(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The similarities and positions of the `k` vectors nearest each query (position -1: fewer vectors)."""
+        return faiss.knn(np.ascontiguousarray(queries, dtype=np.float32), self.vectors(), k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+
     def copy(self) -> DenseIndex:
-        fresh = DenseIndex(self.index.d)
-        fresh.index, fresh.rows = faiss.clone_index(self.index), self.rows.copy()
+        """A copy that adds on its own; it shares the vectors (see the class)."""
+        fresh = DenseIndex(self.dimension)
+        fresh._matrix, fresh.count, fresh.rows = self._matrix, self.count, self.rows
         return fresh
 
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The vectors at these positions."""
+        return self.vectors()[np.asarray(positions, dtype=np.int64)]
+
+    def positions(self, rows: np.ndarray) -> np.ndarray:
+        """Where the vectors of these units are, row by row (the vectors are kept in row order: `UnitIndex.load_parts`)."""
+        first = np.searchsorted(self.rows, rows, "left")
+        counts = np.searchsorted(self.rows, rows, "right") - first
+        return np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+
     def vectors(self) -> np.ndarray:
-        """Every stored vector, in insertion order."""
-        if not self.index.ntotal:
-            return np.zeros((0, self.index.d), dtype=np.float32)
-        return self.index.reconstruct_n(0, self.index.ntotal)
+        """Every stored vector, in insertion order (read-only: copies share them)."""
+        held = self._matrix.values[: self.count]
+        held.flags.writeable = False
+        return held
+
+
+class _Matrix:
+    """Vectors that `DenseIndex` copies share, and how many rows of it are written (`claim`)."""
+
+    _lock = threading.Lock()  # claims are made by several threads' copies of one index
+
+    def __init__(self, values: np.ndarray, written: int = 0):
+        self.values, self.written = values, written
+
+    def claim(self, start: int, end: int) -> bool:
+        """Whether a holder of the first `start` rows may write rows `start` to `end`: no holder wrote past `start`,
+        and they fit. Then they are its own."""
+        with self._lock:
+            if self.written != start or end > len(self.values):
+                return False
+            self.written = end
+            return True
 
 
 def unit_tokens(unit) -> list[str]:
@@ -255,6 +333,38 @@ def _shared_words(token_lists: list[list[str]]) -> list[list[str]]:
     return [list(map(words.__getitem__, tokens)) for tokens in token_lists]
 
 
+class Owners:
+    """Which session holds each row of an index, and each session's rows (forgotten units included): what a commit and
+    linking look up. The index keeps it up to date as units are added (a commit does not go over the whole index
+    again) and makes it afresh when rows are renumbered (`UnitIndex.compact`). Its lists and arrays are replaced, never
+    changed: a copy shares them."""
+
+    def __init__(self) -> None:
+        self.sessions: list[str] = []  # numbered in the order of their first unit
+        self.number: dict[str, int] = {}
+        self.session_of = np.zeros(0, dtype=np.int64)  # each row's session, by number
+        self.rows: dict[str, list[int]] = {}  # each session's rows
+
+    def copy(self) -> Owners:
+        fresh = Owners()
+        fresh.sessions, fresh.number, fresh.session_of = list(self.sessions), dict(self.number), self.session_of
+        fresh.rows = dict(self.rows)
+        return fresh
+
+    def add(self, units: list, first: int) -> None:
+        """Note the units added at rows `first` on."""
+        numbers, added = [], defaultdict(list)
+        for row, unit in enumerate(units, first):
+            number = self.number.setdefault(unit.session_id, len(self.sessions))
+            if number == len(self.sessions):
+                self.sessions.append(unit.session_id)
+            numbers.append(number)
+            added[unit.session_id].append(row)
+        self.session_of = np.concatenate([self.session_of, np.asarray(numbers, dtype=np.int64)])
+        for sid, rows in added.items():
+            self.rows[sid] = self.rows.get(sid, []) + rows
+
+
 class UnitIndex:
     """The table of L0 units with both indexes over it. Forgotten units stay as dead rows until `compact`."""
 
@@ -263,6 +373,8 @@ class UnitIndex:
         self.units: list = []
         self.tokens: list[list[str]] = []  # what BM25 indexes of each unit, saved with the table (tokenizing is slow)
         self._units_with: Counter[str] | None = None  # see `units_with`: counted on first use, then kept up to date
+        self._owners: Owners | None = None  # see `owners`: likewise
+        self._rare: dict[str, tuple[int, ...]] | None = None  # see `rare`: likewise
         self.alive = np.zeros(0, dtype=bool)
         self.lexical = make_lexical(lexical, expected_size)
         self.dense = DenseIndex(dimension)
@@ -278,21 +390,50 @@ class UnitIndex:
             self._units_with = Counter(chain.from_iterable(map(set, self.tokens)))
         return self._units_with
 
+    @property
+    def owners(self) -> Owners:
+        """Which session holds each row (`Owners`): made on first use, then kept up to date like `units_with`."""
+        if self._owners is None:
+            self._owners = Owners()
+            self._owners.add(self.units, 0)
+        return self._owners
+
+    @property
+    def rare(self) -> dict[str, tuple[int, ...]]:
+        """The rows holding each rare word (in at most `RARE_UNITS` units, forgotten units included): the postings that
+        linking looks up (`apdmem.memory.links`). Made on first use, then kept up to date like `units_with`."""
+        if self._rare is None:
+            rare, holding = {w for w, n in self.units_with.items() if n <= RARE_UNITS}, defaultdict(list)
+            for row, own in enumerate(self.tokens):
+                for word in rare.intersection(own):
+                    holding[word].append(row)
+            self._rare = {word: tuple(rows) for word, rows in holding.items()}
+        return self._rare
+
+    def idf(self, words) -> dict[str, float]:
+        """The idf of these indexed words, as the lexical index weighs them in a search, except the floor of words in
+        half the units or more (which linking leaves out): what linking weighs terms by, computed for the words asked
+        rather than for every word at each change."""
+        words = list(words)
+        return dict(zip(words, self.lexical.term_idf(len(self.units), [self.units_with[w] for w in words])))
+
     def nbytes(self) -> int:
         """About how much memory the index holds: its vectors, and `BYTES_PER_TOKEN` per token of its units."""
-        return 4 * self.dimension * self.dense.index.ntotal + BYTES_PER_TOKEN * sum(map(len, self.tokens))
+        return 4 * self.dimension * self.dense.count + BYTES_PER_TOKEN * sum(map(len, self.tokens))
 
     def add(self, units: list, vectors: np.ndarray, tokens: list[list[str]] | None = None) -> None:
         """Append units; `vectors` holds one row per text in each unit's `embed_texts`, in order; `tokens` are
         the units' BM25 tokens when already known."""
         first = len(self.units)
         tokens = tokens if tokens is not None else [unit_tokens(u) for u in units]
-        self.units.extend(units)
-        self.tokens.extend(tokens)
-        if self._units_with is not None:
-            self._units_with.update(chain.from_iterable(map(set, tokens)))
+        self._append(units, tokens)
         self.alive = np.concatenate([self.alive, np.ones(len(units), dtype=bool)])
-        self.lexical.add(tokens)
+        picked = make_lexical(self.lexical_kind, len(self.units))
+        if type(picked) is type(self.lexical):
+            self.lexical.add(tokens)
+        else:  # grown past the size that picks the other backend (a bulk ingest): made now, as a read would make it
+            self.lexical = picked
+            self.lexical.add(self.tokens)
         rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
         self.dense.add(vectors, rows)
 
@@ -316,7 +457,7 @@ class UnitIndex:
         units = [{k: v for k, v in self.units[r].to_json().items() if k != "embed_texts"} for r in rows.tolist()]
         table = {"dimension": self.dimension, "units": units, "vector_units": local[self.dense.rows[positions]].tolist(),
                  "tokenizer": TOKENIZER, "tokens": [self.tokens[r] for r in rows.tolist()]}
-        vectors = self.dense.index.reconstruct_batch(positions) if len(positions) else np.zeros((0, self.dimension))
+        vectors = self.dense.at(positions)
         return table, np.ascontiguousarray(vectors, dtype="<f4").tobytes()
 
     @classmethod
@@ -370,21 +511,39 @@ class UnitIndex:
             index.lexical.add(tokens)
             index.lexical.idf()
         index.tokens = tokens
-        index.dense.add(np.concatenate(vectors), rows)
+        rows, vectors = np.asarray(rows, dtype=np.int64), np.concatenate(vectors)
+        if np.any(rows[1:] < rows[:-1]):  # parts keep them in row order, as `DenseIndex.positions` wants: else sorted
+            order = np.argsort(rows, kind="stable")
+            rows, vectors = rows[order], vectors[order]
+        index.dense.add(vectors, rows.tolist())
         return index
 
     def extended(self, other: UnitIndex) -> UnitIndex:
         """This index with the units of `other` added after its own (with their tokens and vectors), as `load_parts`
         would make it of both at once."""
         rows = other.dense.rows + len(self.units)
-        self.units.extend(other.units)
-        self.tokens.extend(other.tokens)
-        if self._units_with is not None:
-            self._units_with.update(chain.from_iterable(map(set, other.tokens)))
+        self._append(other.units, other.tokens)
         self.alive = np.concatenate([self.alive, other.alive])
         self.lexical.add(other.tokens)
         self.dense.add(other.dense.vectors(), rows.tolist())
         return self
+
+    def _append(self, units: list, tokens: list[list[str]]) -> None:
+        """Append units and their tokens to the table, and count them in `units_with` and `owners` once made."""
+        first = len(self.units)
+        self.units.extend(units)
+        self.tokens.extend(tokens)
+        if self._units_with is not None:
+            self._units_with.update(chain.from_iterable(map(set, tokens)))
+        if self._owners is not None:
+            self._owners.add(units, first)
+        if self._rare is not None:  # a word held by more units than a rare one is no longer listed (until `compact`)
+            for row, own in enumerate(tokens, first):
+                for word in set(own):
+                    if self._units_with[word] <= RARE_UNITS:
+                        self._rare[word] = self._rare.get(word, ()) + (row,)
+                    else:
+                        self._rare.pop(word, None)
 
     def remove(self, session_id: str) -> None:
         for row, unit in enumerate(self.units):
@@ -417,6 +576,8 @@ class UnitIndex:
         fresh = UnitIndex(self.dimension, self.lexical_kind, len(self.units))
         fresh.units, fresh.tokens, fresh.alive = list(self.units), list(self.tokens), self.alive.copy()
         fresh._units_with = self._units_with.copy() if self._units_with is not None else None
+        fresh._owners = self._owners.copy() if self._owners is not None else None
+        fresh._rare = dict(self._rare) if self._rare is not None else None
         if type(fresh.lexical) is type(self.lexical):
             fresh.lexical = self.lexical.copy()
         else:

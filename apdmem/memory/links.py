@@ -4,7 +4,7 @@ The paper leaves cross-session linking as future work. Here two sessions are lin
 or hold units that say nearly the same thing, and each link says why:
 
 - **shared terms**: the BM25 tokens of their L0 units (`index.tokenize`: content words and names, stemmed) and
-  number-noun pairs ("3 shirt"), weighted by the index's idf (`UnitIndex.lexical.idf()`), so that a word every
+  number-noun pairs ("3 shirt"), weighted by the index's idf (`UnitIndex.idf`, as BM25 weighs them), so that a word every
   session uses counts for little; `overlap` is the cosine of the two sessions' idf-weighted term sets (0 to 1);
 - **dense similarity**: the best cosine between a unit of one and a unit of the other (the vectors the index
   already holds).
@@ -24,9 +24,12 @@ pair that is neither near nor sharing rare words may be missed. Measured against
 table for each of the 151 LongMemEval dev users (~50 sessions each) and for 500 of their sessions pooled in one
 memory; at 1,000 pooled sessions 3 of 1,503 links differ (the weakest: strength 0.46-0.47 at threshold 0.45).
 
-Each `add` reads the whole index once (which units hold each term, at C speed, and the vectors), then works per new
-session in proportion to its candidates (~50-90): a one-session commit links in milliseconds whatever the
-history, and a table is built in a time linear in the sessions apart from the nearest-neighbour search. Forgetting
+Each `add` looks up what the index keeps up to date as units are added (each session's rows, the rows holding each
+rare word, how many units hold each word: `UnitIndex.owners`, `rare`, `units_with`), weighs only the words of the
+sessions it compares (`UnitIndex.idf`), and searches the nearest vectors of the new sessions' vectors; then it works
+per new session in proportion to its candidates (~50-150). Apart from that exact search (~25 ms for one session's
+vectors among 5,000 sessions'), a one-session commit links in a time that does not grow with the history, and a
+table is built in a time linear in the sessions. Forgetting
 a session drops its links (the sessions that lose one are not re-linked to others: a later rebuild would); a
 session replaced (extended) is linked again as a new one. The table's format is unchanged: tables saved by older
 versions (which compared every pair) are read as they are.
@@ -38,13 +41,13 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 
-from apdmem.memory.index import UnitIndex
+from apdmem.memory.index import RARE_UNITS, UnitIndex
 
 FORMAT = 1
 LINKS_PER_SESSION = 3
@@ -68,7 +71,6 @@ FULL_SIZE = 30
 DEFAULT_THRESHOLD = THRESHOLDS["local:minilm"]
 TERMS_SHOWN = 6  # shared terms a link keeps as its reason, rarest first
 NEAREST = 32  # vectors found per vector of a session being linked: their sessions are its candidates
-RARE_UNITS = 64  # words in at most this many units are the rare words whose sharing makes sessions candidates
 SHARING = 32  # sessions sharing the most rare words with a session being linked, candidates
 SEARCH_BATCH = 2048  # vectors per nearest-neighbour search (FAISS multiplies batches as matrices)
 _UNNAMED = ("…",)  # the terms of a link found but not named yet (`LinkTable.add` names those it keeps)
@@ -129,20 +131,21 @@ class LinkTable:
 
     def __init__(self, threshold: float, kept: dict[str, list[Link]] | None = None):
         self.threshold = threshold
+        # Lists and sets are replaced, never changed: a copy (a writer's, at each commit) shares them.
         self.kept: dict[str, list[Link]] = {}
-        self._holders: dict[str, set[str]] = defaultdict(set)  # session -> the sessions keeping a link to it
+        self._holders: dict[str, frozenset[str]] = {}  # session -> the sessions keeping a link to it
         for sid, links in (kept or {}).items():
             self._keep(sid, links)
 
     def _keep(self, session_id: str, links: list[Link]) -> None:
         """Set the links a session keeps (none: it keeps no entry), and who holds links to whom."""
         for link in self.kept.pop(session_id, []):
-            if holders := self._holders.get(link.other):
-                holders.discard(session_id)
+            if link.other in self._holders:
+                self._holders[link.other] -= {session_id}
         if links:
             self.kept[session_id] = links
             for link in links:
-                self._holders[link.other].add(session_id)
+                self._holders[link.other] = self._holders.get(link.other, frozenset()) | {session_id}
 
     def links(self, session_id: str | None = None) -> list[Link]:
         """Every link (each pair once, from the session whose id sorts first), or those of one session (from it);
@@ -160,11 +163,15 @@ class LinkTable:
         return sorted(pairs.values(), key=lambda l: (-l.strength, l.session_id, l.other))
 
     def copy(self) -> LinkTable:
-        return LinkTable(self.threshold, {sid: list(links) for sid, links in self.kept.items()})
+        fresh = LinkTable(self.threshold)
+        fresh.kept, fresh._holders = dict(self.kept), dict(self._holders)
+        return fresh
 
     def add(self, index: UnitIndex, session_ids: list[str]) -> None:
         """Link these sessions (already in `index`) to the sessions the index finds near them (`_Profiles.candidates`),
         and let those keep a link to them when it is among their strongest."""
+        if not index.alive.all():  # forgotten units are not linked (and `_Profiles` reads every unit's tokens)
+            index = index.compact()
         profiles = _Profiles(index, session_ids)
         for sid in session_ids:
             self.remove(sid)
@@ -224,48 +231,51 @@ class LinkTable:
 
 
 class _Profiles:
-    """What linking compares, for the live sessions of an index: their terms (with their idf) and unit vectors, and
-    the sessions the index finds near the sessions being linked (`candidates`).
+    """What linking compares, for the sessions of an index: their terms (with their idf) and unit vectors, and the
+    sessions the index finds near the sessions being linked (`candidates`).
 
-    Made once per `LinkTable.add`: one pass over the units' tokens at C speed (which sessions hold the rare words of
-    the sessions being linked; how many units hold each word the index keeps up to date) and one nearest-neighbour
-    search of their vectors; then the work per session grows with its candidates, not with the sessions of the index.
+    Made once per `LinkTable.add` from what the index keeps up to date as units are added (`UnitIndex.owners`: each
+    session's rows; `rare`: the rows holding each rare word; `units_with`: how many units hold each word), and one
+    nearest-neighbour search of the new sessions' vectors; then the work grows with the sessions being linked and
+    their candidates, not with the sessions of the index.
     """
 
     def __init__(self, index: UnitIndex, linked: list[str]):
-        self.index, self.idf = index, index.lexical.idf()
-        live = np.flatnonzero(index.alive).tolist()
-        self.rows: dict[str, list[int]] = {}  # each live session's units
-        for i in live:
-            self.rows.setdefault(index.units[i].session_id, []).append(i)
+        self.index, owners = index, index.owners
+        self.rows, self.sessions = owners.rows, owners.sessions  # each session's units; the sessions, numbered
+        self.idf: dict[str, float] = {}  # the idf of each word weighed so far (`_weigh`), the words of these sessions
+        self._weighed: set[str] = set()
         # Words in half the units or more (BM25 floors their idf; the role names of raw units are such words) are no
-        # reason to link anything.
-        self.units_with = index.units_with if len(live) == len(index.units) else \
-            Counter(chain.from_iterable(set(index.tokens[i]) for i in live))
-        self.common = {t for t, n in self.units_with.items() if 2 * n >= len(live)}
+        # reason to link anything: `_weigh` notes those it meets.
+        self.common: set[str] = set()
         self._terms: dict[str, tuple[dict[str, float], float]] = {}
         self._vocabulary: dict[str, int] = {}  # every term met, numbered (`_term_ids`)
         self._ids: dict[str, np.ndarray] = {}
         self._squared = np.zeros(0)  # the squared weights of one session's terms by number (`links`), else 0
-        # The vectors of each session: `owners` numbers the session of each vector (-1: a forgotten unit's), and
-        # `grouped` lists the vectors session by session, the forgotten ones first.
-        self.sessions = list(self.rows)
-        self.number = number = {sid: n for n, sid in enumerate(self.sessions)}
-        self.owners = np.array([number[index.units[r].session_id] if index.alive[r] else -1
-                                for r in index.dense.rows.tolist()], dtype=np.int64)
-        self.grouped = np.argsort(self.owners, kind="stable")
-        self.ends = np.searchsorted(self.owners[self.grouped], np.arange(len(self.sessions) + 1), side="left")
+        self._places: dict[str, np.ndarray] = {}  # where each session's vectors are in the dense index (`_positions`)
         linked = [sid for sid in linked if sid in self.rows]
         near, sharing = self._nearest(linked), self._sharing(linked)
         self.candidates = {sid: near[sid] | sharing[sid] for sid in linked}
         for sid in linked:  # both ways: a session linked later in the same call drops, then finds again, its links
             for other in self.candidates[sid] & self.candidates.keys():
                 self.candidates[other].add(sid)
+        self._weigh(set(chain(linked, *self.candidates.values())))
+
+    def _weigh(self, session_ids) -> None:
+        """Compute the idf of the words of these sessions not weighed yet (all at once: numpy's log is per array)."""
+        tokens, session_ids = self.index.tokens, set(session_ids) - self._weighed
+        self._weighed |= session_ids
+        new = set(chain.from_iterable(tokens[i] for sid in session_ids for i in self.rows[sid])) - self.idf.keys()
+        self.idf.update(self.index.idf(new))
+        units_with, units = self.index.units_with, len(self.index.units)
+        self.common.update(t for t in new if 2 * units_with[t] >= units)
 
     def terms(self, session_id: str) -> tuple[dict[str, float], float]:
         """A session's terms, each with its idf, and the norm of these weights."""
         found = self._terms.get(session_id)
         if found is None:
+            if session_id not in self._weighed:
+                self._weigh([session_id])
             mine = {}
             for i in self.rows[session_id]:
                 mine.update(_terms(self.index.tokens[i], self.common, self.idf))
@@ -274,17 +284,21 @@ class _Profiles:
 
     def _vectors(self, positions: np.ndarray) -> np.ndarray:
         """The vectors at these positions of the dense index."""
-        return self.index.dense.index.reconstruct_batch(np.ascontiguousarray(positions, dtype=np.int64))
+        return self.index.dense.at(positions)
 
-    def _positions(self, number: int) -> np.ndarray:
-        """Where the vectors of session `number` are in the dense index."""
-        return self.grouped[self.ends[number] : self.ends[number + 1]]
+    def _positions(self, session_id: str) -> np.ndarray:
+        """Where the vectors of a session are in the dense index."""
+        found = self._places.get(session_id)
+        if found is None:
+            found = self._places[session_id] = self.index.dense.positions(np.asarray(self.rows[session_id], np.int64))
+        return found
 
     def _nearest(self, linked: list[str]) -> dict[str, set[str]]:
         """Per session being linked, the sessions owning one of the `NEAREST` vectors nearest each of its vectors
         (an exact search of the dense index, in batches). Identical vectors (a turn said word for word in several
         sessions: 40% of the vectors of 5,000 LongMemEval sessions) have the same nearest: each is searched once."""
-        positions = np.concatenate([self._positions(self.number[sid]) for sid in linked] or [np.zeros(0, np.int64)])
+        mine = [self._positions(sid) for sid in linked]
+        positions = np.concatenate(mine or [np.zeros(0, np.int64)])
         distinct: dict[bytes, int] = {}  # a vector's digest -> its number among the distinct vectors
         first, number = [], np.zeros(len(positions), np.int64)  # each distinct vector's first position; each position's
         for at in range(0, len(positions), SEARCH_BATCH):
@@ -293,30 +307,33 @@ class _Profiles:
                 if n == len(first):
                     first.append(positions[i])
         owning: list[set[str]] = []  # per distinct vector, the sessions owning its nearest vectors
-        k = min(NEAREST, self.index.dense.index.ntotal)
+        dense, session_of = self.index.dense, self.index.owners.session_of
+        k = min(NEAREST, dense.count)
         for at in range(0, len(first), SEARCH_BATCH):
-            _, found = self.index.dense.index.search(self._vectors(np.asarray(first[at : at + SEARCH_BATCH])), k)
-            owning += [{self.sessions[h] for h in hits if h >= 0} for hits in self.owners[np.where(found >= 0, found, 0)].tolist()]
+            _, found = dense.nearest(self._vectors(np.asarray(first[at : at + SEARCH_BATCH])), k)
+            owners = np.where(found >= 0, session_of[dense.rows[found]], -1)
+            owning += [{self.sessions[h] for h in hits if h >= 0} for hits in owners.tolist()]
         near: dict[str, set[str]] = {sid: set() for sid in linked}
-        for owner, n in zip(self.owners[positions].tolist(), number.tolist()):
-            near[self.sessions[owner]] |= owning[n]
+        owner = np.repeat(np.arange(len(linked)), [len(m) for m in mine])
+        for n_linked, n in zip(owner.tolist(), number.tolist()):
+            near[linked[n_linked]] |= owning[n]
         return near
 
     def _sharing(self, linked: list[str]) -> dict[str, set[str]]:
         """Per session being linked, the `SHARING` sessions sharing the most of its rare words (in at most `RARE_UNITS`
         units, not common, not a bare number), each word weighing its squared idf as in a link's `overlap`."""
-        rare = {sid: {t for i in self.rows[sid] for t in set(self.index.tokens[i]) - self.common
-                      if self.units_with[t] <= RARE_UNITS and not t.isdigit()} for sid in linked}
+        units_with, units, tokens = self.index.units_with, len(self.index.units), self.index.tokens
+        rare = {sid: {t for i in self.rows[sid] for t in tokens[i]
+                      if units_with[t] <= RARE_UNITS and 2 * units_with[t] < units and not t.isdigit()} for sid in linked}
         wanted = set().union(*rare.values())
-        holding: dict[str, list[str]] = defaultdict(list)  # rare word -> the sessions holding it
-        for sid, rows in self.rows.items() if wanted else ():
-            for word in set().union(*(wanted.intersection(self.index.tokens[i]) for i in rows)):
-                holding[word].append(sid)
+        idf, owners, postings = self.index.idf(wanted), self.index.owners, self.index.rare
+        holding = {word: list(dict.fromkeys(owners.sessions[n] for n in owners.session_of[list(postings[word])].tolist()))
+                   for word in wanted}  # rare word -> the sessions holding it
         sharing = {}
         for sid, words in rare.items():
             shared: Counter[str] = Counter()
             for word in words:
-                weight = self.idf.get(word, 0.0) ** 2
+                weight = idf[word] ** 2
                 for other in holding[word]:
                     shared[other] += weight
             del shared[sid]
@@ -326,19 +343,15 @@ class _Profiles:
     def similarities(self, session_id: str) -> dict[str, float]:
         """The best cosine between a unit of this session and a unit of each of its candidates: the sessions near it
         in the dense index or sharing a rare word with it."""
-        mine = self._positions(self.number[session_id])
-        others = sorted(self.candidates[session_id] - {session_id})
-        numbers = np.fromiter(map(self.number.__getitem__, others), np.int64, len(others))
-        counts = self.ends[numbers + 1] - self.ends[numbers]  # each candidate's vectors
-        if not len(mine) or not counts.any():
+        mine = self._positions(session_id)
+        others = [sid for sid in sorted(self.candidates[session_id] - {session_id}) if len(self._positions(sid))]
+        if not len(mine) or not others:
             return {}
-        others = [sid for sid, count in zip(others, counts.tolist()) if count]
-        numbers, counts = numbers[counts > 0], counts[counts > 0]
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])  # where each candidate's vectors start among theirs
-        theirs = self.grouped[np.repeat(self.ends[numbers] - starts, counts) + np.arange(counts.sum())]
+        theirs = [self._positions(sid) for sid in others]
+        starts = np.cumsum([0] + [len(p) for p in theirs[:-1]])  # where each candidate's vectors start among theirs
         # einsum, not BLAS: OpenBLAS's threads spin against each other on a busy machine (40x slower measured on
         # two loaded cores for a session of 8 vectors against 400).
-        best = np.einsum("id,jd->ij", self._vectors(mine), self._vectors(theirs)).max(axis=0)
+        best = np.einsum("id,jd->ij", self._vectors(mine), self._vectors(np.concatenate(theirs))).max(axis=0)
         return dict(zip(others, np.maximum.reduceat(best, starts).tolist()))
 
     def _term_ids(self, session_id: str) -> np.ndarray:
