@@ -4,6 +4,7 @@ per-worker cache, migration from files, clear errors, and the graph served by `l
 (The concurrency tests of test_integrity.py run on both backends.)"""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from conftest import HISTORY, QUESTIONS, make_session
 from test_integrity import ENV, ROOT, apdmem, finish
 
@@ -21,6 +23,7 @@ from apdmem.memory import Memory, open_memory
 from apdmem.memory.migrate import migrate
 from apdmem.memory.backends import open_store
 from apdmem.memory.generations import Generations
+from apdmem.memory.postgres import KEY_ORDER_INDEX, PostgresStore
 from apdmem.memory.store import UserStore
 
 
@@ -45,6 +48,27 @@ def test_namespaces_are_isolated_and_key_listings_take_prefixes_literally(postgr
     a_b.delete(a_b.keys())
     assert a_b.keys() == [] and axb.keys() == ["sessions/s1/L3.md", "sessions/sx/L3.md"]
     assert store.namespaces("users/") == ["users/axb"]
+
+
+def test_key_listings_are_ranges_of_an_index_that_a_worker_adds_to_a_table_made_without_it(postgres_url, caplog):
+    owner = PostgresStore(postgres_url)
+    users = UserStore(owner, "u")
+    keys = ["index/1/segment.json", "index0", "index\U0010ffff/x", "index\U0010ffff\U0010ffff", "indexé/a", "indey",
+            "sessions/s\ud7ff/L3.md", "sessions/s\ue000/L3.md"]
+    users.put({k: b"v" for k in keys})
+    for prefix in ["index/", "index", "index\U0010ffff", "index\U0010ffff\U0010ffff", "indexé", "sessions/s\ud7ff", ""]:
+        assert sorted(users.keys(prefix)) == sorted(k for k in keys if k.startswith(prefix)), prefix
+    lister = "lister_" + postgres_url.rsplit("/", 1)[1]
+    with owner.engine.begin() as connection:  # a table made before the index, and a role that does not own it
+        connection.execute(text(f"DROP INDEX {KEY_ORDER_INDEX}"))
+        connection.execute(text(f"CREATE ROLE {lister} LOGIN; GRANT SELECT, INSERT, UPDATE, DELETE ON langchain_key_value_stores TO {lister}"))
+    with caplog.at_level(logging.WARNING, logger="apdmem"):
+        as_lister = UserStore(PostgresStore(postgres_url.replace("apdmem@", f"{lister}@")), "u")
+    assert KEY_ORDER_INDEX in caplog.text and as_lister.keys("index/") == ["index/1/segment.json"]
+    PostgresStore(postgres_url)  # its owner's next worker adds it
+    with owner.engine.connect() as connection:
+        assert connection.execute(text("SELECT to_regclass(:name)::text"), {"name": KEY_ORDER_INDEX}).scalar() == KEY_ORDER_INDEX
+    assert users.keys("indexé") == ["indexé/a"]
 
 
 def test_a_memory_in_postgres_answers_as_the_file_store_does(postgres_url, tmp_path, history_sessions):

@@ -7,7 +7,10 @@ value) in its table, over SQLAlchemy and psycopg 3. What this module adds is wha
   writer joins that transaction (each `SQLStore` call commits a savepoint inside it), so a writer's changes
   (a new generation: layers, index, manifest) become visible together when it leaves, and a writer killed
   half way leaves the previous generation as it was;
-- key listings that read one namespace's keys only (`SQLStore.yield_keys` reads every row of its table).
+- key listings that read one namespace's keys under the prefix only (`SQLStore.yield_keys` reads every row of its
+  table): a range of an index of the keys in byte order (`KEY_ORDER_INDEX`, created with the table, or when a
+  worker first starts on a table made before it), so that a commit's listings do not read every row of a user of
+  thousands of sessions.
 
 Readers use pooled connections outside any writer's transaction, so they see committed generations only and
 never wait for a writer.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +34,10 @@ from sqlalchemy.orm import Session
 from apdmem.errors import ConfigError, StoreError
 from apdmem.memory.store import MemoryStore
 
+log = logging.getLogger("apdmem")
 _SCHEMA_LOCK = 0x617064_6D656D  # an advisory lock key for creating the table once when workers start together
+# The keys of each namespace in byte order ("C"), whatever the database's collation: a prefix is a range of it.
+KEY_ORDER_INDEX = "apdmem_keys_in_byte_order"
 
 
 def _lock_key(name: str) -> int:
@@ -60,6 +67,7 @@ class PostgresStore(MemoryStore):
             with self.engine.begin() as connection:
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
                 Base.metadata.create_all(connection, tables=[LangchainKeyValueStores.__table__])
+                _index_keys_in_byte_order(connection)
         except SQLAlchemyError as exc:
             raise ConfigError(f"cannot use PostgreSQL at {self.url}: {_reason(exc)}") from None
 
@@ -146,7 +154,9 @@ class _Namespace(SQLStore):
         table = LangchainKeyValueStores
         query = select(table.key).where(table.namespace == self.namespace)
         if prefix:
-            query = query.where(table.key.startswith(prefix, autoescape=True))
+            query = query.where(table.key.startswith(prefix, autoescape=True), table.key.collate("C") >= prefix)
+            if (above := _above(prefix)) is not None:
+                query = query.where(table.key.collate("C") < above)
         with self._owner.refused(), self._make_sync_session() as session:
             return iter(list(session.scalars(query.order_by(table.key))))
 
@@ -161,6 +171,29 @@ class _Namespace(SQLStore):
     def mdelete(self, keys):
         with self._owner.refused():
             super().mdelete(keys)
+
+
+def _index_keys_in_byte_order(connection) -> None:
+    """Create `KEY_ORDER_INDEX` if the table has none. A role that may not (it does not own a table made before the
+    index was) leaves it out: its listings read every row of a namespace, as they did before, and a warning says so."""
+    if connection.execute(text("SELECT to_regclass(:name)"), {"name": KEY_ORDER_INDEX}).scalar() is not None:
+        return
+    try:
+        with connection.begin_nested():
+            connection.execute(text(f'CREATE INDEX {KEY_ORDER_INDEX} ON langchain_key_value_stores (namespace, key COLLATE "C")'))
+    except SQLAlchemyError as exc:
+        log.warning("apdmem: PostgreSQL did not create the index %s (%s): listing a user's keys reads all its rows",
+                    KEY_ORDER_INDEX, _reason(exc))
+
+
+def _above(prefix: str) -> str | None:
+    """The first string after every string that starts with `prefix`, in byte order (that of code points, in UTF-8);
+    None when there is none (the prefix is the last code point, repeated)."""
+    stripped = prefix.rstrip(chr(0x10FFFF))
+    if not stripped:
+        return None
+    following = ord(stripped[-1]) + 1
+    return stripped[:-1] + chr(0xE000 if 0xD800 <= following < 0xE000 else following)  # no surrogates in UTF-8
 
 
 def _reason(exc: SQLAlchemyError) -> str:
