@@ -36,8 +36,8 @@ BYTES_PER_TOKEN = 34
 TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
 faiss.omp_set_num_threads(1)
-K1, B, EPSILON = 1.5, 0.75, 0.25
-RARE_UNITS = 64  # words in at most this many units are rare: the index keeps the rows holding each (`UnitIndex.rare`)  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
+K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
+RARE_UNITS = 64  # words in at most this many units are rare: the index keeps the rows holding each (`UnitIndex.rare`)
 
 _STOPWORDS = frozenset(
     "a an and are as at be been but by can could did do does for from had has have how i i'm if in into is it its "

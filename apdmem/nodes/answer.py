@@ -262,12 +262,12 @@ def says_value(kind: str, sentence: str, question: str) -> bool:
         return bool(_MEASURE.search(sentence))
     if kind == "colour":
         return bool(_COLOUR.search(sentence))
-    asked = {_stem(word).lower() for word in _WORD.findall(question)}
-    return any(word[0].isupper() and _stem(word) != "I" and _stem(word).lower() not in asked
+    asked = {_bare(word).lower() for word in _WORD.findall(question)}
+    return any(word[0].isupper() and _bare(word) != "I" and _bare(word).lower() not in asked
                for word in _WORD.findall(sentence)[1:])
 
 
-def _stem(word: str) -> str:
+def _bare(word: str) -> str:
     """A word without what follows its apostrophe: "Alex's" and "I'm" name Alex and I."""
     return re.split("['’]", word)[0]
 
