@@ -55,12 +55,24 @@ def test_a_word_the_memory_never_says_and_no_relevant_sentence_mean_not_held(hay
     assert holding(SAID, other, memory, get_reranker(), sessions).unsaid == ["Costa", "Rica"]
 
 
-def test_a_small_memory_does_not_know_the_users_everyday_words(haystack):
-    """Below KNOWN_VOCABULARY sessions, a word never said is no sign: the rule does not apply."""
+def test_a_small_memory_does_not_know_the_users_everyday_words_but_knows_their_names(haystack):
+    """Below KNOWN_VOCABULARY sessions, a word the memory never says is no sign, but a name none of it says is: the
+    memory of a new user holds no "surfboard" but neither "city" nor "now", and no "Iceland" either."""
+    item, memory = haystack
+    evidence, small = evidence_of(item, "answer_82a04f59"), KNOWN_VOCABULARY - 1
+    assert holding(NEVER_SAID_THING, evidence, memory, get_reranker(), small).held
+    lacking = holding(NEVER_SAID_PLACE, evidence, memory, get_reranker(), small)
+    assert not lacking.held and lacking.unsaid == ["Iceland"] and lacking.best < UNSAID_BOUND, lacking
+    assert holding(NEVER_SAID_PLACE, [], memory, get_reranker(), len(item.sessions)).held  # nothing disclosed: the quotes decide
+
+
+def test_a_day_or_a_month_names_nothing(haystack):
+    """"In March" dates the question: no disclosed sentence says it (a session's date does), and it is no name."""
     item, memory = haystack
     evidence = evidence_of(item, "answer_82a04f59")
-    assert holding(NEVER_SAID_PLACE, evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1).held
-    assert holding(NEVER_SAID_PLACE, [], memory, get_reranker(), len(item.sessions)).held  # nothing disclosed: the quotes decide
+    assert not any("March" in e["text"] for e in evidence)
+    dated = holding(SAID.replace("?", " in March?"), evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1)
+    assert dated.held and dated.unsaid == [], dated
 
 
 def test_the_reply_says_not_in_memory_and_the_trace_says_why(haystack):
