@@ -55,12 +55,40 @@ def test_a_word_the_memory_never_says_and_no_relevant_sentence_mean_not_held(hay
     assert holding(SAID, other, memory, get_reranker(), sessions).unsaid == ["Costa", "Rica"]
 
 
-def test_a_small_memory_does_not_know_the_users_everyday_words(haystack):
-    """Below KNOWN_VOCABULARY sessions, a word never said is no sign: the rule does not apply."""
+def test_a_small_memory_does_not_know_the_users_everyday_words_but_knows_their_names(haystack):
+    """Below KNOWN_VOCABULARY sessions, a word the memory never says is no sign (a new user's few sessions may never
+    say "city" or "now" of a question they answer), but a name none of it says still is."""
+    item, memory = haystack
+    evidence, small = evidence_of(item, "answer_82a04f59"), KNOWN_VOCABULARY - 1
+    assert holding(NEVER_SAID_THING, evidence, memory, get_reranker(), small).held
+    lacking = holding(NEVER_SAID_PLACE, evidence, memory, get_reranker(), small)
+    assert not lacking.held and lacking.unsaid == ["Iceland"] and lacking.best < UNSAID_BOUND, lacking
+    assert holding(NEVER_SAID_PLACE, [], memory, get_reranker(), len(item.sessions)).held  # nothing disclosed: the quotes decide
+
+
+def test_a_day_or_a_month_names_nothing(haystack):
+    """"In March" dates the question: no disclosed sentence says it (a session's date does), and it is no name."""
     item, memory = haystack
     evidence = evidence_of(item, "answer_82a04f59")
-    assert holding(NEVER_SAID_PLACE, evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1).held
-    assert holding(NEVER_SAID_PLACE, [], memory, get_reranker(), len(item.sessions)).held  # nothing disclosed: the quotes decide
+    assert not any("March" in e["text"] for e in evidence)
+    dated = holding(SAID.replace("?", " in March?"), evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1)
+    assert dated.held and dated.unsaid == [], dated
+
+
+def test_a_new_users_three_sessions_hold_what_they_say_in_other_words_and_no_name_they_never_say(make_memory):
+    """Through the graph, on a memory of three sessions (all opened): "city" and "now" are said by none, and the
+    reply quotes the move; "Iceland" is said by none either, and the reply says the memory does not hold it."""
+    memory = make_memory()
+    memory.ingest([
+        make_session("s-porto", "2023-03-01T10:00", ["I live in Porto and I love the river.", "Porto is lovely."]),
+        make_session("s-move", "2023-05-20T10:00", ["Big news: we finally moved to Lisbon last weekend!", "Congrats!"]),
+        make_session("s-trip", "2023-05-25T10:00", ["I packed 7 shirts for my trip to Costa Rica.", "Have fun!"]),
+    ])
+    final, _ = run_graph("Which city do I live in now?", Context(), ASKED, memory=memory)
+    assert NOT_HELD not in final["notes"] and "Lisbon" in final["answer"], final["answer"]
+    final, events = run_graph("What did I buy in Iceland?", Context(), ASKED, memory=memory)
+    assert final["answer"].startswith(NOT_FOUND), final["answer"]
+    assert [e["unsaid"] for e in events if e["event"] == "holding"] == [["Iceland"]]
 
 
 def test_the_reply_says_not_in_memory_and_the_trace_says_why(haystack):

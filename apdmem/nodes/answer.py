@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
+from apdmem.memory.time_expressions import MONTHS, WEEKDAYS
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
@@ -83,6 +84,7 @@ _MEASURE = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten
 _COLOUR = re.compile(r"\b(?:red|blue|green|black|white|gr[ae]y|silver|yellow|orange|purple|pink|brown|gold|beige|navy|"
                      r"teal|maroon)\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z][\w'’-]*")
+_CALENDAR = frozenset(WEEKDAYS + MONTHS)  # capitalized, but they date something and name nobody
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -251,11 +253,13 @@ def asked_value(question: str) -> str | None:
 
 def says_value(kind: str, sentence: str, question: str) -> bool:
     """Whether a sentence says a value of this kind: a number or a duration ("a year") for a measure, a colour, or for
-    a name a capitalized word after its first that the question does not say ("I" aside, "Alex's" is "Alex").
+    a name a word after its first that `names` something the question does not say ("Alex's" is "Alex").
 
     >>> says_value("name", "My dentist is Dr. Okafor.", "What is my dentist's name?")
     True
     >>> says_value("name", "Her name is Alex and she plays violin.", "What is Alex's last name?")
+    False
+    >>> says_value("name", "My dentist appointment is on Tuesday.", "What is my dentist's name?")
     False
     """
     if kind == "measure":
@@ -263,8 +267,17 @@ def says_value(kind: str, sentence: str, question: str) -> bool:
     if kind == "colour":
         return bool(_COLOUR.search(sentence))
     asked = {_bare(word).lower() for word in _WORD.findall(question)}
-    return any(word[0].isupper() and _bare(word) != "I" and _bare(word).lower() not in asked
-               for word in _WORD.findall(sentence)[1:])
+    return any(names(word) and _bare(word).lower() not in asked for word in _WORD.findall(sentence)[1:])
+
+
+def names(word: str) -> bool:
+    """Whether a word after the first of a sentence names someone or something: capitalized, but not "I" ("I'm"),
+    nor a day or a month ("on Tuesday" dates something).
+
+    >>> [word for word in "Tell me what Alex's dentist said on Tuesday when I'm away".split()[1:] if names(word)]
+    ["Alex's"]
+    """
+    return word[0].isupper() and _bare(word) != "I" and _bare(word).lower() not in _CALENDAR
 
 
 def _bare(word: str) -> str:
