@@ -383,6 +383,9 @@ def test_a_quote_dated_as_the_question_dates_what_it_asks_is_asserted(make_memor
     assert final["answer"].startswith(QUOTED + "\n") and "chocolate cake" in final["answer"]
     cake = scored_quotes(question, read_raw(memory, "s-cake"), memory, get_reranker(), today="2023-02-07")[0]
     assert cake.pointed and answer.TELLS <= cake.score < ANSWERS and answer.asserted(cake)
+    # A count is not told by one quote of its time; nor is a question whose date is far from every quote's pointed at.
+    assert not any(q.pointed for q in scored_quotes("How many books did I finish in the past two weeks?", evidence, memory,
+                                                    get_reranker(), today="2023-02-07"))
     # Two weeks ago is as precise as 3 days either side: the 10 January session is 4 days from the 24th.
     assert not any(q.pointed for q in scored_quotes("Which book did I finish two weeks ago?", evidence, memory,
                                                     get_reranker(), today="2023-02-07"))

@@ -30,7 +30,7 @@ from apdmem.memory.time_expressions import DateHint, resolve_relative_dates
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
 from apdmem.nodes.quotes import Quote, beside, said_dates, verbatim_sentences
-from apdmem.nodes.reckon import TELLS
+from apdmem.nodes.reckon import TELLS, kind
 from apdmem.nodes.yesno import verdict
 
 NOT_FOUND = "I don't have that information from our past conversations."
@@ -63,7 +63,8 @@ ANSWERS = 0.0
 # sentence to tell of an event: the cross-encoder cannot check "two weeks ago" against a sentence ("I attended the
 # exhibit at the Met today." scores -5.1 for "I mentioned an art event two weeks ago. Where was it held?", -3.0
 # without the date), nor read a line of notes under "Chorus:" as the chorus (-2.5 with its heading).
-# The shortest a heading can be and still be a label of a section the question names ("Chorus:", "Step 2:"), in words.
+# The most words a heading has as the label of a section ("Chorus:", "Step 2:", "Ingredients:"); a longer one introduces
+# what follows ("Here are a few apps:") rather than naming it.
 LABEL_WORDS = 3
 # The cross-encoder's logit at or above which two neighbouring sentences of a later message, read with the best quote as
 # the query, follow it up (`followed_up`). An update is often worded unlike the question and like what it updates:
@@ -147,11 +148,13 @@ def scored_quotes(question: str, evidence: list, memory, reranker, *, today: str
     Given the question's date (`today`, ISO), a question that dates what it asks ("Which book did I finish a week
     ago?") is also read without its dates by the quotes dated as it asks (`dated_as_asked`): their date is checked
     against the question's, and the cross-encoder, which sees no date beside a sentence, would hold the words
-    against them. Those quotes, and the lines under a section the question names (`names_section`: "Chorus:"), are
+    against them. Not a question that asks to compute (`reckon.kind`: "How many times did I bake in the past two
+    weeks?"): a quote of that time is one item, not the answer. Those quotes, and the lines under a section the question names (`names_section`: "Chorus:"), are
     `Quote.pointed`."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
-    hints = asked_dates(question, today)
+    # A question that asks to compute (a count, an order, ...) is not answered by one quote, whatever its date.
+    hints = asked_dates(question, today) if kind(question) is None else []
     on_date = [dated_as_asked(q, hints, today) for q in quotes] if hints else [False] * len(quotes)
     undated = undated_question(question, hints)
     dated = [ask for ask in dict.fromkeys([undated, request(undated)]) if ask not in asked] if any(on_date) else []
