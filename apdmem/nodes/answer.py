@@ -149,11 +149,10 @@ def scored_quotes(question: str, evidence: list, memory, reranker, *, today: str
     ago?") is also read without its dates by the quotes dated as it asks (`dated_as_asked`): their date is checked
     against the question's, and the cross-encoder, which sees no date beside a sentence, would hold the words
     against them. Not a question that asks to compute (`reckon.kind`: "How many times did I bake in the past two
-    weeks?"): a quote of that time is one item, not the answer. Those quotes, and the lines under a section the question names (`names_section`: "Chorus:"), are
-    `Quote.pointed`."""
+    weeks?"): a quote of that time is one item, not the answer. Those quotes, and the lines under a section the
+    question names (`names_section`: "Chorus:"), are `Quote.pointed`."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
-    # A question that asks to compute (a count, an order, ...) is not answered by one quote, whatever its date.
     hints = asked_dates(question, today) if kind(question) is None else []
     on_date = [dated_as_asked(q, hints, today) for q in quotes] if hints else [False] * len(quotes)
     undated = undated_question(question, hints)
