@@ -347,3 +347,70 @@ def test_a_question_whether_the_user_did_something_is_answered_yes_or_no_only_by
     lines = final["answer"].splitlines()
     assert lines[0] == QUOTED and quoted(final["answer"])
     assert (lines[1] if not lines[1].startswith("- ") else None) == said
+
+
+# --- What the question points at: a date, a section ------------------------------------------------------------------
+
+READING = [
+    make_session("s-circe", "2023-01-10T10:00", ["I finished 'Circe' by Madeline Miller and loved the ending.", "Great pick!"]),
+    make_session("s-nightingale", "2023-01-31T10:00", [
+        "I just finished a historical fiction novel, 'The Nightingale' by Kristin Hannah, today and I'm in the mood "
+        "for something similar.", "Try 'The Alice Network' next."]),
+    make_session("s-cake", "2023-02-05T10:00", [
+        "By the way, I just baked a chocolate cake for my friend's birthday party last weekend that turned out amazing.",
+        "Happy baking!"]),
+]
+
+
+def test_a_quote_dated_as_the_question_dates_what_it_asks_is_asserted(make_memory):
+    """The cross-encoder sees no date beside a sentence and holds "a week ago" against it; the quote dated a week
+    before the question is read against the question without its date, and the reply asserts it. A quote the
+    question dates is asserted from TELLS on; a quote of another date is not pointed at."""
+    memory = make_memory()
+    memory.ingest(READING)
+    question, asked = "Which book did I finish a week ago?", "2023/02/07 (Tue) 10:00"
+    assert answer.undated_question(question, answer.asked_dates(question, "2023-02-07")) == "Which book did I finish?"
+    final, _ = run_graph(question, Context(), asked, memory=memory)
+    assert final["answer"].startswith(QUOTED + "\n") and "The Nightingale" in final["answer"]
+    evidence = read_raw(memory, "s-nightingale") + read_raw(memory, "s-circe")
+    quotes = {q.sentence[:12]: q for q in scored_quotes(question, evidence, memory, get_reranker(), today="2023-02-07")}
+    assert quotes["I just finis"].pointed and not quotes["I finished '"].pointed
+    dated = get_reranker().score([(question, quotes["I just finis"].sentence)])[0]
+    assert dated < ANSWERS <= quotes["I just finis"].score  # with its date, the question finds it less relevant
+    # "a couple of days ago" dates when the user told it (the cake was baked the weekend before).
+    question = "I mentioned cooking something for my friend a couple of days ago. What was it?"
+    final, _ = run_graph(question, Context(), asked, memory=memory)
+    assert final["answer"].startswith(QUOTED + "\n") and "chocolate cake" in final["answer"]
+    cake = scored_quotes(question, read_raw(memory, "s-cake"), memory, get_reranker(), today="2023-02-07")[0]
+    assert cake.pointed and answer.TELLS <= cake.score < ANSWERS and answer.asserted(cake)
+    # A count is not told by one quote of its time; nor is a question whose date is far from every quote's pointed at.
+    assert not any(q.pointed for q in scored_quotes("How many books did I finish in the past two weeks?", evidence, memory,
+                                                    get_reranker(), today="2023-02-07"))
+    # Two weeks ago is as precise as 3 days either side: the 10 January session is 4 days from the 24th.
+    assert not any(q.pointed for q in scored_quotes("Which book did I finish two weeks ago?", evidence, memory,
+                                                    get_reranker(), today="2023-02-07"))
+
+
+SONGS = [make_session("s-songs", "2023-05-28T10:00", [
+    "Write a sad song with chords.",
+    "Here is a sad song for you:\n\nVerse:\nAm F C G\nThe rain keeps falling on my street\n\nChorus:\nDm G C Am\n"
+    "You left me in the cold", "Make it more romantic.",
+    "Sure, here is a more romantic one:\n\nVerse:\nC G Am F\nYour smile lights up the morning\n\nChorus:\nF G C Em\n"
+    "You are the one I need"])]
+
+
+def test_a_line_under_a_section_the_question_names_is_asserted(make_memory):
+    """A line of chords says nothing of a chorus: the cross-encoder scores it below ANSWERS even under its heading.
+    Under a section label the question names ("Chorus:"), it is what the question asks for, and the reply asserts
+    it, the latest song's first; the lines under "Verse:" are not pointed at."""
+    memory = make_memory()
+    memory.ingest(SONGS)
+    question = ("I'm looking back at the two sad songs you wrote me. Can you remind me what the chords of the chorus in "
+                "the second song were?")
+    quotes = {q.sentence: q for q in scored_quotes(question, read_raw(memory, "s-songs"), memory, get_reranker())}
+    assert quotes["F G C Em"].pointed and quotes["Dm G C Am"].pointed and max(q.score for q in quotes.values()) < ANSWERS
+    assert not quotes["Am F C G"].pointed and not quotes["C G Am F"].pointed
+    reply = extractive_answer(question, read_raw(memory, "s-songs"), memory, get_reranker())
+    assert reply.splitlines()[:2] == [QUOTED, '- latest, 2023-05-28, the assistant said: "F G C Em"']
+    assert answer.names_section("What was the third step?", "Step 3:") is False  # "third" is not "3"
+    assert answer.names_section("What did step 3 say?", "Step 3:") and not answer.names_section("What did step 3 say?", "Step 4:")

@@ -5,7 +5,10 @@
   gives nothing, the reply quotes the disclosed sentences that answer the question: the cross-encoder scores each
   sentence against the question and what it asks (`scored_quotes`), and only sentences found word for word in
   their session and scoring at least `RELEVANT` are quoted, with the session's date and who said them, the latest
-  session's first and marked as the latest when they come from several. When none answers, the reply says the memory does not hold it and names the
+  session's first and marked as the latest when they come from several. The reply asserts them when one reaches
+  `ANSWERS`, or `TELLS` when the question points at it beyond the cross-encoder's reading: it is dated as the
+  question dates what it asks ("a week ago"), or it is a line under a section the question names ("Chorus:");
+  otherwise it says they may not answer. When none answers, the reply says the memory does not hold it and names the
   sessions that came closest. No model writes a word of it; the trace shows each sentence's score.
   A later message that follows up the best quote (`followed_up`: "I switched from the food bank to the animal
   shelter." after "I volunteer at the food bank") is quoted with it, though it may not share a word with the question.
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from datetime import date, timedelta
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.memory.time_expressions import MONTHS, WEEKDAYS
+from apdmem.memory.time_expressions import MONTHS, WEEKDAYS, DateHint, resolve_relative_dates
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
-from apdmem.nodes.quotes import Quote, beside, verbatim_sentences
+from apdmem.nodes.quotes import Quote, beside, said_dates, verbatim_sentences
+from apdmem.nodes.reckon import TELLS, kind
 from apdmem.nodes.yesno import verdict
 
 NOT_FOUND = "I don't have that information from our past conversations."
@@ -53,6 +58,14 @@ RELEVANT = -10.0
 # quotes were read after the sentence before them (-10 to +4): 0 and -0.5 tie (47 wrong or hedged, 16 confident wrong;
 # -1.5: 41, 21; -10: 19, 55), so the model's own boundary.
 ANSWERS = 0.0
+# A quote the question points at in words the cross-encoder does not weigh (`Quote.pointed`: dated as the question
+# dates what it asks, or under a section the question names) answers at TELLS, the bar at which the reckoning takes a
+# sentence to tell of an event: the cross-encoder cannot check "two weeks ago" against a sentence ("I attended the
+# exhibit at the Met today." scores -5.1 for "I mentioned an art event two weeks ago. Where was it held?", -3.0
+# without the date), nor read a line of notes under "Chorus:" as the chorus (-2.5 with its heading).
+# The most words a heading has as the label of a section ("Chorus:", "Step 2:", "Ingredients:"); a longer one introduces
+# what follows ("Here are a few apps:") rather than naming it.
+LABEL_WORDS = 3
 # The cross-encoder's logit at or above which two neighbouring sentences of a later message, read with the best quote as
 # the query, follow it up (`followed_up`). An update is often worded unlike the question and like what it updates:
 # against "Where do I volunteer now?" "I switched from the food bank to the animal shelter." scores -10.5, against "I
@@ -103,10 +116,11 @@ def answer(state, runtime, *, settings, memory=None) -> dict:
         reply = state["reckoning"]
     if reply is None:
         quotes = scored_quotes(state["question"], state.get("evidence", []), open_memory(runtime, settings, memory),
-                               settings.reranker())
+                               settings.reranker(), today=state.get("today"))
         reply, quoted = quoted_reply(quotes, state["question"]), chosen(quotes, state["question"])
         traced = [{"score": round(q.score, 3), "session_id": q.session_id, "date": q.date, "turn": q.turn,
-                   "sentence": q.sentence, "quoted": q in quoted, "follows": q.follows} for q in quotes[:TRACED]]
+                   "sentence": q.sentence, "quoted": q in quoted, "follows": q.follows,
+                   "pointed": q.pointed} for q in quotes[:TRACED]]
         annotate(quotes=traced)
         emit(runtime, event="quotes", threshold=RELEVANT, quotes=traced)
     evidence = state.get("evidence", [])
@@ -120,7 +134,7 @@ def extractive_answer(question: str, evidence: list, memory, reranker) -> str:
     return quoted_reply(scored_quotes(question, evidence, memory, reranker), question)
 
 
-def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote]:
+def scored_quotes(question: str, evidence: list, memory, reranker, *, today: str | None = None) -> list[Quote]:
     """Every disclosed sentence that can be quoted (`verbatim_sentences`), scored against the question, best first.
 
     A sentence is scored against the question and against its `request`, read alone and after its context; its
@@ -130,10 +144,22 @@ def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote
     that one does not answer alone (scores below ANSWERS: a sentence that follows an answer does not take its
     score) and the two read together score above it. A sentence a named person said is read with their name before
     it ("Aisha: I quit Bean There."), so that a question naming them finds it. The sentences that follow up the best
-    one then take its score (`followed_up`)."""
+    one then take its score (`followed_up`).
+
+    Given the question's date (`today`, ISO), a question that dates what it asks ("Which book did I finish a week
+    ago?") is also read without its dates by the quotes dated as it asks (`dated_as_asked`): their date is checked
+    against the question's, and the cross-encoder, which sees no date beside a sentence, would hold the words
+    against them. Not a question that asks to compute (`reckon.kind`: "How many times did I bake in the past two
+    weeks?"): a quote of that time is one item, not the answer. Those quotes, and the lines under a section the
+    question names (`names_section`: "Chorus:"), are `Quote.pointed`."""
     quotes = verbatim_sentences(evidence, memory)
     asked = list(dict.fromkeys([question, request(question)]))
-    pairs = list(dict.fromkeys((ask, text) for q in quotes for ask in asked for text in _texts(q)))
+    hints = asked_dates(question, today) if kind(question) is None else []
+    on_date = [dated_as_asked(q, hints, today) for q in quotes] if hints else [False] * len(quotes)
+    undated = undated_question(question, hints)
+    dated = [ask for ask in dict.fromkeys([undated, request(undated)]) if ask not in asked] if any(on_date) else []
+    pairs = list(dict.fromkeys((ask, text) for q, dates in zip(quotes, on_date) for ask in asked + (dated if dates else [])
+                               for text in _texts(q)))
     scores = dict(zip(pairs, reranker.score(pairs))) if pairs else {}
 
     def relevance(q: Quote, ask: str) -> float:
@@ -145,8 +171,55 @@ def scored_quotes(question: str, evidence: list, memory, reranker) -> list[Quote
             best = max(best, after)
         return best
 
-    best = [max(relevance(q, ask) for ask in asked) for q in quotes]
-    return followed_up(sorted((replace(q, score=score) for q, score in zip(quotes, best)), key=lambda q: -q.score), reranker)
+    best = [max(relevance(q, ask) for ask in asked + (dated if dates else [])) for q, dates in zip(quotes, on_date)]
+    pointed = [dates or bool(q.heading and names_section(question, q.heading)) for q, dates in zip(quotes, on_date)]
+    scored = (replace(q, score=score, pointed=point) for q, score, point in zip(quotes, best, pointed))
+    return followed_up(sorted(scored, key=lambda q: -q.score), reranker)
+
+
+def asked_dates(question: str, today: str | None) -> list[DateHint]:
+    """The dates a question names ("two weeks ago", "in February"), resolved against its date (ISO; none without
+    one) by the calendar rules of `normalize_dates` (the extractive mode has no model to resolve more)."""
+    return resolve_relative_dates(question, date.fromisoformat(today[:10])) if today else []
+
+
+def undated_question(question: str, hints: list[DateHint]) -> str:
+    """The question without the expressions of its dates.
+
+    >>> undated_question("Which book did I finish a week ago?", asked_dates("Which book did I finish a week ago?", "2023-02-07"))
+    'Which book did I finish?'
+    """
+    for hint in hints:
+        question = re.sub(re.escape(hint.expression), "", question, flags=re.IGNORECASE)
+    return re.sub(r"\s+([?.!,;:])", r"\1", " ".join(question.split()))
+
+
+def dated_as_asked(quote: Quote, hints: list[DateHint], today: str) -> bool:
+    """Whether the quote's session date, or a date its words name, falls within a date the question names (`hints`):
+    the question may date what happened or when it was told ("I mentioned cooking something a couple of days ago").
+    A day named by its distance from the question's date ("two weeks ago") is taken as precise to a quarter of that
+    distance (two weeks ago: 3 days either side; a couple of days ago: that day)."""
+    said = date.fromisoformat(quote.date[:10])
+    spans = [(said, said), *((hint.start, hint.end) for hint in said_dates(quote.sentence, quote.date))]
+    asked_on = date.fromisoformat(today[:10])
+    for hint in hints:
+        slack = timedelta(days=abs((asked_on - hint.start).days) // 4 if hint.point else 0)
+        if any(start <= hint.end + slack and end >= hint.start - slack for start, end in spans):
+            return True
+    return False
+
+
+def names_section(question: str, heading: str) -> bool:
+    """Whether a heading is the label of a section (LABEL_WORDS words or fewer, "Chorus:", "Step 2:") whose every
+    word the question says: the lines under it are what the question asks for, though they may not say a word of it.
+
+    >>> names_section("What was the chord progression for the chorus?", "Chorus:")
+    True
+    >>> names_section("What was the chord progression for the chorus?", "Here are the chords:")
+    False
+    """
+    label, said = re.findall(r"[a-z0-9]+", heading.lower()), set(re.findall(r"[a-z0-9]+", question.lower()))
+    return 0 < len(label) <= LABEL_WORDS and set(label) <= said
 
 
 def followed_up(quotes: list[Quote], reranker) -> list[Quote]:
@@ -205,7 +278,7 @@ def request(question: str) -> str:
 
 def quoted_reply(quotes: list[Quote], question: str = "") -> str:
     """The extractive reply from scored quotes (best first): the `chosen` ones under QUOTED (UNCLEAR when none of
-    them reaches ANSWERS), one line per message, the latest message first, its sentences in the order it says them;
+    them is `asserted`), one line per message, the latest message first, its sentences in the order it says them;
     when they come from several messages, each line is marked "latest" or "earlier" (a question about the past,
     "where did I live before?", finds its answer among the earlier ones). Asked whether the user did one thing, a
     line after the heading says "Yes" or "No" when a quote that reaches ANSWERS says so in so many words
@@ -217,7 +290,7 @@ def quoted_reply(quotes: list[Quote], question: str = "") -> str:
     messages: dict[tuple, list[Quote]] = {}
     for q in quoted:
         messages.setdefault(q.said, []).append(q)
-    lines = [QUOTED if max(q.score for q in quoted) >= ANSWERS else UNCLEAR]
+    lines = [QUOTED if any(asserted(q) for q in quoted) else UNCLEAR]
     if (decided := verdict(question, quoted)) and decided[1].score >= ANSWERS:
         lines.append(f"{decided[0]}, according to what you said on {decided[1].date[:10]}.")
     for said, parts in messages.items():
@@ -225,6 +298,12 @@ def quoted_reply(quotes: list[Quote], question: str = "") -> str:
         when = (("latest, " if said == quoted[0].said else "earlier, ") if len(messages) > 1 else "") + first.date[:10]
         lines.append(f"- {when}, {first.who}: " + " … ".join(f'"{q.sentence}"{beside(q.sentence, q.date)}' for q in parts))
     return "\n".join(lines)
+
+
+def asserted(quote: Quote) -> bool:
+    """Whether a quote lets the reply assert: it reaches ANSWERS, or TELLS when the question points at it
+    (`Quote.pointed`)."""
+    return quote.score >= (TELLS if quote.pointed else ANSWERS)
 
 
 def chosen(quotes: list[Quote], question: str = "") -> list[Quote]:

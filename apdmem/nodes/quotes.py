@@ -30,6 +30,9 @@ class Quote:
     heading: str = ""  # the heading it falls under in its message (`heading`)
     follows: bool = False  # it follows up the best quote and carries its score (`apdmem.nodes.answer.followed_up`)
     before: str = ""  # the sentence before it in its message, unless that is its heading (`sentence_before`)
+    # The question points at it in words the cross-encoder does not weigh: it is dated as the question dates what it
+    # asks ("two weeks ago"), or it falls under a section the question names ("the chorus") (`answer.scored_quotes`).
+    pointed: bool = False
 
     @property
     def said(self) -> tuple[str, str, int]:
