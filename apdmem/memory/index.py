@@ -268,10 +268,13 @@ class DenseIndex:
         keep = ids[0] >= 0
         return self.rows[ids[0][keep]], sims[0][keep]
 
-    def nearest(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The similarities and positions of the `k` vectors nearest each query (position -1: fewer vectors)."""
-        return faiss.knn(np.ascontiguousarray(queries, dtype=np.float32), self.vectors(), k,
-                         metric=faiss.METRIC_INNER_PRODUCT)
+    def nearest(self, queries: np.ndarray, k: int, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The similarities and positions of the `k` vectors nearest each query (position -1: fewer vectors), among
+        the vectors at the positions `within` only (in ascending order) when given."""
+        searched = self.vectors() if within is None else self.at(within)
+        sims, found = faiss.knn(np.ascontiguousarray(queries, dtype=np.float32), searched, k,
+                                metric=faiss.METRIC_INNER_PRODUCT)
+        return (sims, found) if within is None else (sims, np.where(found >= 0, within[found], -1))
 
     def copy(self) -> DenseIndex:
         """A copy that adds on its own; it shares the vectors (see the class)."""
@@ -312,6 +315,17 @@ class _Matrix:
                 return False
             self.written = end
             return True
+
+
+def _session_means(vectors: np.ndarray, sessions: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The normalized mean of the vectors of each session (`sessions`: the session of each vector, by number; at least
+    one), and those sessions' numbers, in ascending order."""
+    order = np.argsort(sessions, kind="stable")
+    ordered = sessions[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    sums = np.add.reduceat(vectors[order], starts)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return sums / np.maximum(norms, np.finfo(np.float32).tiny), ordered[starts].tolist()
 
 
 def unit_tokens(unit) -> list[str]:
@@ -375,6 +389,7 @@ class UnitIndex:
         self._units_with: Counter[str] | None = None  # see `units_with`: counted on first use, then kept up to date
         self._owners: Owners | None = None  # see `owners`: likewise
         self._rare: dict[str, tuple[int, ...]] | None = None  # see `rare`: likewise
+        self._means: DenseIndex | None = None  # see `means`: likewise
         self.alive = np.zeros(0, dtype=bool)
         self.lexical = make_lexical(lexical, expected_size)
         self.dense = DenseIndex(dimension)
@@ -410,6 +425,18 @@ class UnitIndex:
             self._rare = {word: tuple(rows) for word, rows in holding.items()}
         return self._rare
 
+    @property
+    def means(self) -> DenseIndex:
+        """Each session's vectors summed up in one, their mean (normalized), carrying the session's number in `owners`
+        as its row: what linking searches first, to search the vectors of the sessions nearest a new one only
+        (`apdmem.memory.links`). A session whose units were added in several additions has a mean per addition. Made on
+        first use, then kept up to date like `units_with`."""
+        if self._means is None:
+            self._means = DenseIndex(self.dimension)
+            if self.dense.count:
+                self._means.add(*_session_means(self.dense.vectors(), self.owners.session_of[self.dense.rows]))
+        return self._means
+
     def idf(self, words) -> dict[str, float]:
         """The idf of these indexed words, as the lexical index weighs them in a search, except the floor of words in
         half the units or more (which linking leaves out): what linking weighs terms by, computed for the words asked
@@ -434,8 +461,7 @@ class UnitIndex:
         else:  # grown past the size that picks the other backend (a bulk ingest): made now, as a read would make it
             self.lexical = picked
             self.lexical.add(self.tokens)
-        rows = [first + i for i, u in enumerate(units) for _ in u.embed_texts]
-        self.dense.add(vectors, rows)
+        self._add_vectors(vectors, [first + i for i, u in enumerate(units) for _ in u.embed_texts])
 
     def dump(self) -> tuple[bytes, bytes]:
         """The live units as JSON and their vectors as raw little-endian float32 (see `part`)."""
@@ -525,8 +551,14 @@ class UnitIndex:
         self._append(other.units, other.tokens)
         self.alive = np.concatenate([self.alive, other.alive])
         self.lexical.add(other.tokens)
-        self.dense.add(other.dense.vectors(), rows.tolist())
+        self._add_vectors(other.dense.vectors(), rows.tolist())
         return self
+
+    def _add_vectors(self, vectors: np.ndarray, rows: list[int]) -> None:
+        """Add the vectors of units appended (`_append`) to the dense index, and to `means` once made."""
+        self.dense.add(vectors, rows)
+        if self._means is not None and rows:
+            self._means.add(*_session_means(np.asarray(vectors, dtype=np.float32), self.owners.session_of[rows]))
 
     def _append(self, units: list, tokens: list[list[str]]) -> None:
         """Append units and their tokens to the table, and count them in `units_with` and `owners` once made."""
@@ -578,6 +610,7 @@ class UnitIndex:
         fresh._units_with = self._units_with.copy() if self._units_with is not None else None
         fresh._owners = self._owners.copy() if self._owners is not None else None
         fresh._rare = dict(self._rare) if self._rare is not None else None
+        fresh._means = self._means.copy() if self._means is not None else None
         if type(fresh.lexical) is type(self.lexical):
             fresh.lexical = self.lexical.copy()
         else:
