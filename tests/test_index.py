@@ -178,7 +178,7 @@ def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch
     assert np.allclose(index.means.vectors(), fresh.means.vectors(), atol=1e-6)
     assert np.allclose(np.linalg.norm(fresh.means.vectors(), axis=1), 1.0)
     assert "hike" in made[1] and "hike" not in index.rare  # in three units now
-    assert index.rare["trail"] == (0, 8) and made[0].rows == {"A": [0, 1, 2]} and made[3].count == 1  # what the first index held is as it was
+    assert np.frombuffer(index.rare["trail"], np.intc).tolist() == [0, 8] and made[0].rows == {"A": [0, 1, 2]} and made[3].count == 1  # what the first index held is as it was
 
 
 def test_compact_drops_removed_sessions_and_keeps_the_others():

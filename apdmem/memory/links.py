@@ -350,7 +350,7 @@ class _Profiles:
                       if units_with[t] <= RARE_UNITS and 2 * units_with[t] < units and not t.isdigit()} for sid in linked}
         wanted = set().union(*rare.values())
         idf, owners, postings = self.index.idf(wanted), self.index.owners, self.index.rare
-        holding = {word: list(dict.fromkeys(owners.sessions[n] for n in owners.session_of[list(postings[word])].tolist()))
+        holding = {word: list(dict.fromkeys(owners.sessions[n] for n in owners.session_of[np.frombuffer(postings[word], np.intc)].tolist()))
                    for word in wanted}  # rare word -> the sessions holding it
         sharing = {}
         for sid, words in rare.items():
