@@ -39,7 +39,7 @@ def test_a_word_the_memory_never_says_and_no_relevant_sentence_mean_not_held(hay
     item, memory = haystack
     evidence, sessions = evidence_of(item, "answer_82a04f59"), len(item.sessions)
     vocabulary = memory.index.units_with
-    assert vocabulary["iceland"] == vocabulary["surfboard"] == vocabulary["sweater"] == 0 < vocabulary["shirt"]
+    assert not {"iceland", "surfboard", "sweater"} & vocabulary.keys() and vocabulary["shirt"] > 0
     day = next(s for s in item.sessions if s.session_id == "answer_82a04f59").date
 
     said = holding(SAID, evidence, memory, get_reranker(), sessions)

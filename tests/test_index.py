@@ -157,14 +157,14 @@ def test_copies_of_a_dense_index_add_on_their_own():
 
 
 def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch):
-    """Each session's rows, each row's session, the rows of each rare word and how many units hold each word, kept up
-    to date by additions (`add`, `extended`) and copies, are what a fresh index of the same units makes."""
+    """Each session's rows, each row's session, the rows of each rare word, how many units hold each word and each
+    session's mean vector, kept up to date by additions (`add`, `extended`) and copies, are what a fresh index of the same units makes."""
     monkeypatch.setattr("apdmem.memory.index.RARE_UNITS", 2)  # so that words stop being rare as units are added
     units, vectors = three_sessions()
     more = [Unit("D", 0, 2, "hiking boots for the guitar trail", embed_texts=["d"])]
     index = UnitIndex(384)
     index.add(units[:3], vectors[:6])
-    made = index.owners, index.rare, index.units_with  # made now, then kept up to date
+    made = index.owners, index.rare, index.units_with, index.means  # made now, then kept up to date
     index = index.compact()  # a copy
     index.add(units[3:5], vectors[6:10])
     other = UnitIndex(384)
@@ -174,8 +174,11 @@ def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch
     assert index.owners.rows == fresh.owners.rows == {"A": [0, 1, 2], "B": [3, 4], "C": [5, 6, 7], "D": [8]}
     assert [index.owners.sessions[n] for n in index.owners.session_of] == [u.session_id for u in fresh.units]
     assert index.rare == fresh.rare and index.units_with == fresh.units_with
+    assert index.means.rows.tolist() == fresh.means.rows.tolist() == [0, 1, 2, 3]  # one mean per session, by number
+    assert np.allclose(index.means.vectors(), fresh.means.vectors(), atol=1e-6)
+    assert np.allclose(np.linalg.norm(fresh.means.vectors(), axis=1), 1.0)
     assert "hike" in made[1] and "hike" not in index.rare  # in three units now
-    assert index.rare["trail"] == (0, 8) and made[0].rows == {"A": [0, 1, 2]}  # what the first index held is as it was
+    assert np.frombuffer(index.rare["trail"], np.intc).tolist() == [0, 8] and made[0].rows == {"A": [0, 1, 2]} and made[3].count == 1  # what the first index held is as it was
 
 
 def test_compact_drops_removed_sessions_and_keeps_the_others():

@@ -123,6 +123,32 @@ def test_a_new_session_is_compared_with_the_sessions_the_index_finds_near_it_onl
     assert links.LinkTable.build(memory.index, memory.generations.link_threshold).dump() == memory.generations.current.links.dump()
 
 
+def test_a_session_linked_alone_searches_the_vectors_of_the_sessions_nearest_it_only(history, monkeypatch):
+    # Above NEAR_SESSIONS sessions per session being linked, a session's vectors are searched among those of the
+    # sessions whose mean vector is nearest its own (here two: itself and one other), not among every vector; it
+    # still finds the session about the same purchases. A bulk ingest searches every vector.
+    from apdmem.memory import links
+
+    monkeypatch.setattr(links, "NEAR_SESSIONS", 2)
+    memory = Memory("alice", store=memory_store(), l0_mode="raw")
+    searched = []
+
+    def nearest_among(profiles, linked, within, measured=links._Profiles._nearest_among):
+        searched.append(within)  # the positions of the vectors searched (None: all)
+        return measured(profiles, linked, within)
+
+    monkeypatch.setattr(links._Profiles, "_nearest_among", nearest_among)
+    memory.ingest([s for s in history if s.session_id != "s-shop2"])
+    assert searched == [None]
+    searched.clear()
+    memory.ingest([SHOP_2])
+    index = memory.index
+    [within] = searched
+    owners = {index.owners.sessions[n] for n in index.owners.session_of[index.dense.rows[within]]}
+    assert owners == {"s-shop1", "s-shop2"} and len(within) < index.dense.count
+    assert pairs(memory) == {frozenset({"s-shop1", "s-shop2"})}
+
+
 def test_sessions_are_linked_outside_the_lock_and_again_under_it_when_another_writer_committed_meanwhile(store_location,
                                                                                                            history, monkeypatch):
     # An ingestion indexes and links its sessions before it takes the writer lock. Another writer commits the

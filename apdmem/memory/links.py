@@ -17,19 +17,26 @@ one subject comes out lower); a link stands when either of its sessions keeps it
 rebuilt from the index when missing, damaged or built at another threshold.
 
 A new session is compared with its *candidates*, the sessions the index finds near it, not with every session:
-those owning one of the `NEAREST` vectors nearest each of its unit vectors (an exact FAISS search), and the `SHARING`
-sessions that share the most of its rare words (words in at most `RARE_UNITS` units), both ways within one call.
+those owning one of the `NEAREST` vectors nearest each of its unit vectors (an exact FAISS search: among every
+vector, or, when few sessions are linked in a memory of more than `NEAR_SESSIONS`, among the vectors of the
+`NEAR_SESSIONS` sessions whose mean vector is nearest its own), and the `SHARING` sessions that share the most of
+its rare words (words in at most `RARE_UNITS` units), both ways within one call.
 A link needs strength at or above the threshold, which a pair reaches by close units or by rare shared terms; a
 pair that is neither near nor sharing rare words may be missed. Measured against comparing every pair: the same
 table for each of the 151 LongMemEval dev users (~50 sessions each) and for 500 of their sessions pooled in one
 memory; at 1,000 pooled sessions 3 of 1,503 links differ (the weakest: strength 0.46-0.47 at threshold 0.45).
+Searching the nearest sessions' vectors only, in a memory of 5,000 LongMemEval sessions: of the 1,670 links that 80
+of its sessions find above the threshold with the search among every vector, 34 are not found (2%, the strongest
+0.53), none of each session's three strongest; ten one-session commits and a forget after a bulk ingest of 5,000
+sessions make the same table as with every vector searched.
 
 Each `add` looks up what the index keeps up to date as units are added (each session's rows, the rows holding each
 rare word, how many units hold each word: `UnitIndex.owners`, `rare`, `units_with`), weighs only the words of the
 sessions it compares (`UnitIndex.idf`), and searches the nearest vectors of the new sessions' vectors; then it works
-per new session in proportion to its candidates (~50-150). Apart from that exact search (~25 ms for one session's
-vectors among 5,000 sessions'), a one-session commit links in a time that does not grow with the history, and a
-table is built in a time linear in the sessions. Forgetting
+per new session in proportion to its candidates (~50-150). A one-session commit links in a time that barely grows
+with the history (its search reads the mean vectors of all the sessions, 1.5 KB each, and the vectors of
+`NEAR_SESSIONS` sessions: ~6 ms at 5,000 sessions on two loaded cores where reading every vector took ~25 ms), and a table is
+built in a time linear in the sessions. Forgetting
 a session drops its links (the sessions that lose one are not re-linked to others: a later rebuild would); a
 session replaced (extended) is linked again as a new one. The table's format is unchanged: tables saved by older
 versions (which compared every pair) are read as they are.
@@ -72,6 +79,7 @@ DEFAULT_THRESHOLD = THRESHOLDS["local:minilm"]
 TERMS_SHOWN = 6  # shared terms a link keeps as its reason, rarest first
 NEAREST = 32  # vectors found per vector of a session being linked: their sessions are its candidates
 SHARING = 32  # sessions sharing the most rare words with a session being linked, candidates
+NEAR_SESSIONS = 500  # sessions whose vectors are searched for those of a session being linked, when few are (`_nearest`)
 SEARCH_BATCH = 2048  # vectors per nearest-neighbour search (FAISS multiplies batches as matrices)
 _UNNAMED = ("…",)  # the terms of a link found but not named yet (`LinkTable.add` names those it keeps)
 
@@ -294,9 +302,31 @@ class _Profiles:
         return found
 
     def _nearest(self, linked: list[str]) -> dict[str, set[str]]:
+        """Per session being linked, the sessions owning one of the `NEAREST` vectors nearest each of its vectors: an
+        exact search among the vectors of every session or, when the sessions being linked are few, among those of
+        the `NEAR_SESSIONS` sessions nearest each one (`_near`), so that linking one session costs the same in a
+        memory of 5,000 sessions (42,000 vectors) as in one of 1,000."""
+        if len(linked) * NEAR_SESSIONS >= len(self.sessions):
+            return self._nearest_among(linked, None)
+        return {sid: self._nearest_among([sid], self._near(sid))[sid] for sid in linked}
+
+    def _near(self, session_id: str) -> np.ndarray:
+        """The positions in the dense index of the vectors of the `NEAR_SESSIONS` sessions whose mean vector
+        (`UnitIndex.means`) is nearest this session's, in ascending order."""
+        means, mine = self.index.means, self._vectors(self._positions(session_id))
+        if not len(mine):
+            return np.zeros(0, dtype=np.int64)
+        mean = mine.sum(axis=0, keepdims=True)
+        _, found = means.nearest(mean / np.linalg.norm(mean), min(NEAR_SESSIONS, means.count))
+        picked = np.zeros(len(self.sessions), dtype=bool)
+        picked[means.rows[found[found >= 0]]] = True
+        return np.flatnonzero(picked[self.index.owners.session_of[self.index.dense.rows]])
+
+    def _nearest_among(self, linked: list[str], within: np.ndarray | None) -> dict[str, set[str]]:
         """Per session being linked, the sessions owning one of the `NEAREST` vectors nearest each of its vectors
-        (an exact search of the dense index, in batches). Identical vectors (a turn said word for word in several
-        sessions: 40% of the vectors of 5,000 LongMemEval sessions) have the same nearest: each is searched once."""
+        among those at the positions `within` of the dense index (None: all of them): an exact search, in batches.
+        Identical vectors (a turn said word for word in several sessions: 40% of the vectors of 5,000 LongMemEval
+        sessions) have the same nearest: each is searched once."""
         mine = [self._positions(sid) for sid in linked]
         positions = np.concatenate(mine or [np.zeros(0, np.int64)])
         distinct: dict[bytes, int] = {}  # a vector's digest -> its number among the distinct vectors
@@ -308,9 +338,9 @@ class _Profiles:
                     first.append(positions[i])
         owning: list[set[str]] = []  # per distinct vector, the sessions owning its nearest vectors
         dense, session_of = self.index.dense, self.index.owners.session_of
-        k = min(NEAREST, dense.count)
+        k = min(NEAREST, dense.count if within is None else len(within))
         for at in range(0, len(first), SEARCH_BATCH):
-            _, found = dense.nearest(self._vectors(np.asarray(first[at : at + SEARCH_BATCH])), k)
+            _, found = dense.nearest(self._vectors(np.asarray(first[at : at + SEARCH_BATCH])), k, within)
             owners = np.where(found >= 0, session_of[dense.rows[found]], -1)
             owning += [{self.sessions[h] for h in hits if h >= 0} for hits in owners.tolist()]
         near: dict[str, set[str]] = {sid: set() for sid in linked}
@@ -327,7 +357,7 @@ class _Profiles:
                       if units_with[t] <= RARE_UNITS and 2 * units_with[t] < units and not t.isdigit()} for sid in linked}
         wanted = set().union(*rare.values())
         idf, owners, postings = self.index.idf(wanted), self.index.owners, self.index.rare
-        holding = {word: list(dict.fromkeys(owners.sessions[n] for n in owners.session_of[list(postings[word])].tolist()))
+        holding = {word: list(dict.fromkeys(owners.sessions[n] for n in owners.session_of[np.frombuffer(postings[word], np.intc)].tolist()))
                    for word in wanted}  # rare word -> the sessions holding it
         sharing = {}
         for sid, words in rare.items():

@@ -107,6 +107,6 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
 def never_said(index: UnitIndex, tokens: list[str]) -> set[str]:
     """Of `tokens`, those no unit of the memory's `index` holds; a forgotten session's words are not said."""
     if index.alive.all():
-        return {t for t in tokens if not index.units_with[t]}
+        return {t for t in tokens if t not in index.units_with}
     live = set(chain.from_iterable(index.tokens[i] for i in np.flatnonzero(index.alive)))
     return {t for t in tokens if t not in live}
