@@ -5,8 +5,9 @@ fresh ids ("r<k>-<id>") when a size needs more. For each store and size, a fresh
 all its sessions (raw L0, the embedded models), then measured:
 
 - the bulk `ingest` itself: seconds, and how long it held the user's writer lock (in how many commits, the longest);
-- p50/p95 of a one-session `remember` (a new session each time) and the bytes it wrote (all the store's writes of
-  that call), beside the bytes of that session's own files;
+- p50/p95 of a one-session `remember` and the bytes it wrote (all the store's writes of that call), beside the bytes
+  of that session's own files: the same `ONE_SESSION_REMEMBERS` sessions at every size (the pool's last ones, under
+  fresh ids), so that sizes compare the same commits;
 - p50 of `search` (k=10) and of the rescored search (``rerank=True``) over LongMemEval questions;
 - `forget` of one session;
 - RSS of a fresh process that opened the user and searched once (the embedded models included: the line above
@@ -49,7 +50,9 @@ from apdmem.memory.records import Session
 from apdmem.memory.store import UserStore
 from apdmem.models import get_embeddings
 
-ONE_SESSION_REMEMBERS = 7
+# One-session commits per size: the pool's last sessions, outside every bulk ingest of fewer sessions than the pool
+# less these (6,665 of the dev files'), and the same at every size, so that sizes differ by the history only.
+ONE_SESSION_REMEMBERS = 15
 QUESTIONS = 20  # searched per size (the rescored search: the first 10)
 
 
@@ -153,7 +156,7 @@ def measure(location: str, pool_sessions: list[Session], questions: list[str], n
     row = {"sessions": n, "bulk s": time.perf_counter() - started, "lock s": sum(meter.holds),
            "commits": len(meter.holds), "longest hold s": max(meter.holds)}
     times, written, own = [], [], []
-    for i, session in enumerate(sessions_for(pool_sessions, ONE_SESSION_REMEMBERS, offset=n)):
+    for i, session in enumerate(pool_sessions[-ONE_SESSION_REMEMBERS:]):
         session = dataclasses.replace(session, session_id=f"new{i}-{session.session_id}")
         meter.reset()
         started = time.perf_counter()
