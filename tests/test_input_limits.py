@@ -80,6 +80,9 @@ def test_the_graph_answers_at_the_ends_of_the_calendar(edges, monkeypatch):
     assert "s-last" in {e["session_id"] for e in final["evidence"]} and stream[0]["ignored"] == ["'tomorrow': outside the years 1-9999"]
     final, _ = run_graph("What did I plant yesterday?", Context(), "0001-01-02", memory=edges)
     assert "olive" in final["answer"]
+    # A day named by its distance is taken as precise to a quarter of it: 2 days before year 1 begins, here.
+    final, _ = run_graph("What did I plant 8 days ago?", Context(), "0001-01-09", memory=edges)
+    assert "olive" in final["answer"]
     assert render_l3(FIRST).startswith("# L3 raw messages: session s-first (0001-01-01 00:00, Monday)")
     assert parse_l3(render_l3(FIRST)) == FIRST
 

@@ -204,7 +204,8 @@ def dated_as_asked(quote: Quote, hints: list[DateHint], today: str) -> bool:
     asked_on = date.fromisoformat(today[:10])
     for hint in hints:
         slack = timedelta(days=abs((asked_on - hint.start).days) // 4 if hint.point else 0)
-        if any(start <= hint.end + slack and end >= hint.start - slack for start, end in spans):
+        # Differences of dates, not dates moved by the slack: those may fall off the calendar (year 1, year 9999).
+        if any(start - hint.end <= slack and hint.start - end <= slack for start, end in spans):
             return True
     return False
 

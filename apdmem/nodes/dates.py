@@ -47,7 +47,7 @@ class ResolvedDates(BaseModel):
 
 def resolve_with_model(question: str, today: date, model, usage) -> list[DateHint]:
     """Model fallback; any range that is not two valid dates in order, or not in the question, is dropped."""
-    prompt = prompts.RESOLVE_DATES.format(today=f"{today:%Y-%m-%d}", weekday=f"{today:%A}", question=question)
+    prompt = prompts.RESOLVE_DATES.format(today=today.isoformat(), weekday=f"{today:%A}", question=question)
     out = ask_structured(model, ResolvedDates, prompt, usage)
     hints = []
     for r in out.ranges if out else []:
@@ -72,8 +72,9 @@ def normalize_dates(state, runtime, *, settings) -> dict:
         hints = resolve_relative_dates(question, today, ignored)
         if unresolved_cues(question, hints):
             hints += resolve_with_model(question, today, settings.controller(), usage)
-    annotate(today=f"{today:%Y-%m-%d}", date_hints=[h.describe() for h in hints], ignored_dates=ignored)
+    day = today.isoformat()  # not strftime's %Y, which leaves years before 1000 unpadded ("1-01-02")
+    annotate(today=day, date_hints=[h.describe() for h in hints], ignored_dates=ignored)
     if hints or ignored:
-        emit(runtime, event="dates", today=f"{today:%Y-%m-%d}", dates=[h.describe() for h in hints], ignored=ignored)
-    return {"question": question, "today": f"{today:%Y-%m-%d}", "date_hints": [h.describe() for h in hints],
+        emit(runtime, event="dates", today=day, dates=[h.describe() for h in hints], ignored=ignored)
+    return {"question": question, "today": day, "date_hints": [h.describe() for h in hints],
             "date_ranges": [[f"{h.start}", f"{h.end}"] for h in hints], **usage_update("normalize_dates", usage)}

@@ -136,7 +136,7 @@ def kind(question: str) -> str | None:
 def reckon_evidence(state, memory, reranker) -> str:
     """The reckoning of the state's question from its disclosed evidence (`reckoning`)."""
     quotes = [(q.sentence, q.date, q.who) for q in verbatim_sentences(state.get("evidence", []), memory)]
-    today = state.get("today") or f"{question_today(state):%Y-%m-%d}"
+    today = state.get("today") or question_today(state).date().isoformat()
     return reckoning(state["question"], today, quotes, reranker, state.get("date_ranges"))
 
 
