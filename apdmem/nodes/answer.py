@@ -26,10 +26,10 @@ from datetime import date, timedelta
 
 from apdmem import prompts
 from apdmem.memory.records import Usage
-from apdmem.memory.time_expressions import MONTHS, WEEKDAYS, DateHint, resolve_relative_dates
+from apdmem.memory.time_expressions import DateHint, resolve_relative_dates
 from apdmem.models import generate
 from apdmem.nodes.common import annotate, emit, open_memory, usage_update
-from apdmem.nodes.quotes import Quote, beside, said_dates, verbatim_sentences
+from apdmem.nodes.quotes import Quote, bare, beside, names, said_dates, verbatim_sentences
 from apdmem.nodes.reckon import TELLS, kind
 from apdmem.nodes.yesno import verdict
 
@@ -97,7 +97,6 @@ _MEASURE = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten
 _COLOUR = re.compile(r"\b(?:red|blue|green|black|white|gr[ae]y|silver|yellow|orange|purple|pink|brown|gold|beige|navy|"
                      r"teal|maroon)\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z][\w'’-]*")
-_CALENDAR = frozenset(WEEKDAYS + MONTHS)  # capitalized, but they date something and name nobody
 
 
 def answer(state, runtime, *, settings, memory=None) -> dict:
@@ -346,23 +345,8 @@ def says_value(kind: str, sentence: str, question: str) -> bool:
         return bool(_MEASURE.search(sentence))
     if kind == "colour":
         return bool(_COLOUR.search(sentence))
-    asked = {_bare(word).lower() for word in _WORD.findall(question)}
-    return any(names(word) and _bare(word).lower() not in asked for word in _WORD.findall(sentence)[1:])
-
-
-def names(word: str) -> bool:
-    """Whether a word after the first of a sentence names someone or something: capitalized, but not "I" ("I'm"),
-    nor a day or a month ("on Tuesday" dates something).
-
-    >>> [word for word in "Tell me what Alex's dentist said on Tuesday when I'm away".split()[1:] if names(word)]
-    ["Alex's"]
-    """
-    return word[0].isupper() and _bare(word) != "I" and _bare(word).lower() not in _CALENDAR
-
-
-def _bare(word: str) -> str:
-    """A word without what follows its apostrophe: "Alex's" and "I'm" name Alex and I."""
-    return re.split("['’]", word)[0]
+    asked = {bare(word).lower() for word in _WORD.findall(question)}
+    return any(names(word) and bare(word).lower() not in asked for word in _WORD.findall(sentence)[1:])
 
 
 def closest(quotes: list[Quote]) -> list[str]:

@@ -8,7 +8,7 @@ answered from it. What tells them apart is a word: the question names something 
 
 The memory does not hold the answer (`Holding.held` false) when the question has an *unsaid* word — one no
 disclosed evidence says and that is either a name (capitalized inside the question: "Johnson", "Seattle"; a day or a
-month names nothing: `answer.names`) or a word the user's whole memory never says (the index's vocabulary: "uncle",
+month names nothing: `quotes.names`) or a word the user's whole memory never says (the index's vocabulary: "uncle",
 "violin") — and no disclosed sentence scores UNSAID_BOUND or more with the cross-encoder (a sentence that relevant
 answers in other words). Of a count question only the words of what it counts (`reckon.counted_words`) and its names
 must be said: its verb says how the items came ("How many plants did I acquire?"), which the memory says in its own
@@ -31,7 +31,8 @@ from itertools import chain
 import numpy as np
 
 from apdmem.memory.index import UnitIndex, tokenize
-from apdmem.nodes.answer import closest, names, scored_quotes
+from apdmem.nodes.answer import closest, scored_quotes
+from apdmem.nodes.quotes import names
 from apdmem.nodes.reckon import counted_words, kind
 
 # Sessions a memory holds before a word it never says counts as rare (below, only names count). The LongMemEval

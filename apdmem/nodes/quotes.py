@@ -5,13 +5,15 @@ reckoning computes from them (`apdmem.nodes.reckon`); a note or fact a model wro
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date
 
 from apdmem.memory.layers import one_line, sentences
-from apdmem.memory.time_expressions import DateHint, resolve_said, undated
+from apdmem.memory.time_expressions import MONTHS, WEEKDAYS, DateHint, resolve_said, undated
 
 MIN_WORDS = 3  # shorter sentences ("Sure!", "Thanks a lot.") never answer anything
+_CALENDAR = frozenset(WEEKDAYS + MONTHS)  # capitalized, but they date something and name nobody
 
 
 @dataclass(frozen=True)
@@ -120,3 +122,18 @@ def beside(sentence: str, session_date: str) -> str:
     if len(hints) == 1:
         return f" ({hints[0].spoken()})"
     return f" ({'; '.join(f'{h.expression} = {h.spoken()}' for h in hints)})" if hints else ""
+
+
+def names(word: str) -> bool:
+    """Whether a word after the first of a sentence names someone or something: capitalized, but not "I" ("I'm"),
+    nor a day or a month ("on Tuesday" dates something).
+
+    >>> [word for word in "Tell me what Alex's dentist said on Tuesday when I'm away".split()[1:] if names(word)]
+    ["Alex's"]
+    """
+    return word[0].isupper() and bare(word) != "I" and bare(word).lower() not in _CALENDAR
+
+
+def bare(word: str) -> str:
+    """A word without what follows its apostrophe: "Alex's" and "I'm" name Alex and I."""
+    return re.split("['’]", word)[0]

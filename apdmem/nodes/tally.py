@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from apdmem.memory.index import tokenize
 from apdmem.memory.time_expressions import NUMBERS, VAGUE
 from apdmem.nodes.decompose import coordinated
+from apdmem.nodes.quotes import names
 
 # The words of a question that ask for a sum.
 TOTAL = re.compile(r"\b(?:total|altogether|combined|in all)\b", re.I)
@@ -70,8 +71,7 @@ class Addend:
         sentences name one name, "edX", "Tiffany's", or share half the content words of the shorter)."""
         if (self.value, self.counts) != (other.value, other.counts):
             return False
-        names, other_names = _names(self.sentence), _names(other.sentence)
-        if names & other_names:
+        if _names(self.sentence) & _names(other.sentence):
             return True
         words, other_words = set(tokenize(self.sentence)), set(tokenize(other.sentence))
         return len(words & other_words) >= 0.5 * min(len(words), len(other_words))
@@ -233,8 +233,7 @@ _IRREGULAR = ("went|got|gotten|saw|seen|took|taken|made|bought|had|met|ran|did|d
 # "I need", "I'll schedule", "I was thinking".
 _DEED = re.compile(rf"\b(?:I|we)(?:['’]ve|['’]d| have| had)?\s+(?:(?:\w+ly|just|also|finally|actually|already|even|once|"
                    rf"then|first|since|both|all)\s+){{0,2}}(?:\w+[^e\W]ed|{_IRREGULAR})\b", re.I)
-_CALENDAR = {m.lower() for m in ("January February March April May June July August September October November December "
-                                 "Monday Tuesday Wednesday Thursday Friday Saturday Sunday").split()}
+
 
 
 def tells_a_deed(sentence: str) -> bool:
@@ -267,8 +266,8 @@ def same_thing(a: str, b: str, share: float, asked: str = "") -> bool:
     nothing apart: every item of "How many art events did I attend?" says "art" (no name made of them alone, and
     the share is of the other words)."""
     known = set(tokenize(asked))
-    names = {n for n in _name_phrases(a) & _name_phrases(b) if not set(tokenize(n)) <= known}
-    return bool(names or _compounds(a) & _compounds(b)) or share_words(a, b, share, known)
+    shared = {n for n in _name_phrases(a) & _name_phrases(b) if not set(tokenize(n)) <= known}
+    return bool(shared or _compounds(a) & _compounds(b)) or share_words(a, b, share, known)
 
 
 def share_words(a: str, b: str, share: float, known: set[str] = frozenset()) -> bool:
@@ -290,12 +289,12 @@ def _compounds(sentence: str) -> set[tuple[str, str]]:
 
 
 def _name_phrases(sentence: str) -> set[str]:
-    """The names a sentence says, each as a whole ("Natural History Museum"): runs of capitalized words but its
-    first word, "I", months and days of the week."""
+    """The names a sentence says, each as a whole ("Natural History Museum"): runs of words, but its first, that
+    name something (`quotes.names`: capitalized, not "I", nor a month or a day of the week)."""
     runs, run = set(), []
     for i, word in enumerate(re.findall(r"[\w'’.]+", sentence) + [""]):
         word = word.strip(".")
-        if i and word and word[0].isupper() and word.lower() not in _CALENDAR and not re.match(r"^I(?:['’]\w+)?$", word):
+        if i and word and names(word):
             run.append(word.lower())
         elif run:
             runs.add(" ".join(run))
