@@ -68,7 +68,7 @@ def test_sparse_bm25_scores_exactly_as_rank_bm25():
     reference.add(docs)
     sparse.add(docs[:150])
     sparse.scores(queries[0])  # caches built here must be invalidated by the next add
-    for at in range(150, len(docs), 3):  # a few at a time, by copies: postings in two parts (`SparseBM25._TAIL`)
+    for at in range(150, len(docs), 3):  # a few at a time, by copies: postings in two parts (`SparseBM25._JOIN`)
         sparse = sparse.copy()
         sparse.add(docs[at : at + 3])
     nonzero = 0
@@ -164,7 +164,7 @@ def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch
     more = [Unit("D", 0, 2, "hiking boots for the guitar trail", embed_texts=["d"])]
     index = UnitIndex(384)
     index.add(units[:3], vectors[:6])
-    made = index.owners, index.rare, index.units_with, index.means  # made now, then kept up to date
+    made, first = (index.owners, index.rare, index.units_with, index.means), index  # made now, then kept up to date
     index = index.compact()  # a copy
     index.add(units[3:5], vectors[6:10])
     other = UnitIndex(384)
@@ -177,8 +177,10 @@ def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch
     assert index.means.rows.tolist() == fresh.means.rows.tolist() == [0, 1, 2, 3]  # one mean per session, by number
     assert np.allclose(index.means.vectors(), fresh.means.vectors(), atol=1e-6)
     assert np.allclose(np.linalg.norm(fresh.means.vectors(), axis=1), 1.0)
-    assert "hike" in made[1] and "hike" not in index.rare  # in three units now
-    assert np.frombuffer(index.rare["trail"], np.intc).tolist() == [0, 8] and made[0].rows == {"A": [0, 1, 2]} and made[3].count == 1  # what the first index held is as it was
+    assert "hike" not in index.rare and np.frombuffer(index.rare["trail"], np.intc).tolist() == [0, 8]  # hike: in three units now
+    # What the first index holds is as it was: what only writers read, handed over to its copy, it makes again.
+    assert made[1] is index.rare and first.rare is not made[1] and "hike" in first.rare
+    assert first.owners is not made[0] and first.owners.rows == {"A": [0, 1, 2]} and made[3].count == 1
 
 
 def test_compact_drops_removed_sessions_and_keeps_the_others():

@@ -431,8 +431,9 @@ class Generations:
         index = generation.index if generation.index.alive.all() else generation.index.compact()
         links = generation.links if generation.links is not None else LinkTable.build(index, self.link_threshold)
         rows = index.owners.rows  # each session's rows (kept up to date as units are added: not gathered again)
-        segments, number = [], first
-        for planned in _plan(generation.segments, manifest["sessions"], rows, links):
+        listing, segments, number = manifest["sessions"], [], first
+        touched = listing.changed | links.changed if isinstance(listing, Listing) and links.changed is not None else None
+        for planned in _plan(generation.segments, listing, rows, links, touched):
             if isinstance(planned, _Part):
                 planned, number = self._write_segment(number, planned, index, rows, manifest["sessions"], links), number + 1
             segments.append(planned)
@@ -812,35 +813,57 @@ def _json(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
 
 
-def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]], links: LinkTable) -> list[Segment | _Part]:
+def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]], links: LinkTable,
+          touched: set[str] | None = None) -> list[Segment | _Part]:
     """The segments of a new generation, in order: stored ones it keeps as they are, and parts to write. Its sessions
-    are listed in `listing`, and their units are at `rows` of its index (in the order of the segments).
+    are listed in `listing`, and their units are at `rows` of its index (in the order of the segments); `touched`
+    holds every session whose entry or link list may differ from the stored ones (None: any session).
 
     Without stored segments, everything is written. Else the segments holding a byte of a session whose entry is gone
     or changed (forgotten, replaced) are written again without it, in their place, and one more part holds the
     sessions whose entry is new or changed (their units were added at the end of the index) and the link lists that
-    changed, split into parts of at most `SEGMENT_UNITS` units; then the end of the list is merged (`_merged`)."""
-    order = list(rows) + [sid for sid in listing if sid not in rows]  # sessions without units are listed too
+    changed, split into parts of at most `SEGMENT_UNITS` units; then the end of the list is merged (`_merged`). Only
+    the touched sessions are compared with the stored ones: a commit's plan costs what it changed."""
     if stored is None:
+        order = list(rows) + [sid for sid in listing if sid not in rows]  # sessions without units are listed too
         return _merged(_split(_Part(order, [sid for sid in order if sid in links.kept]), listing), listing)
-    was = {sid: entry for segment in stored for sid, entry in segment.listing.items()}
+    if touched is None:
+        touched = set(listing).union(*(segment.names for segment in stored))
+    was: dict[str, dict] = {}  # the stored entry of each touched session
+    home: dict[str, Segment] = {}  # the segment holding the latest stored list of each touched session
+    for segment in stored:
+        for sid in touched:
+            if sid in segment.listing:
+                was[sid] = segment.listing[sid]
+            if sid in segment.links:
+                home[sid] = segment
+    places = None
+
+    def place(sid):  # where a session's units are in the index (sessions without units after them, as listed)
+        nonlocal places
+        if sid in rows:
+            return 0, rows[sid][0]
+        places = places or {sid: i for i, sid in enumerate(listing)}
+        return 1, places[sid]
+
     # Entries and link lists are replaced, never changed: the same object is unchanged (most of them, compared first).
-    fresh = [sid for sid in order if was.get(sid) is not listing[sid] and was.get(sid) != listing[sid]]
+    fresh = sorted((sid for sid in touched if sid in listing and was.get(sid) is not listing[sid]
+                    and was.get(sid) != listing[sid]), key=place)
     gone = {sid for sid in was if sid not in listing} | {sid for sid in fresh if sid in was}
-    home = {sid: segment for segment in stored for sid in segment.links}  # where each session's latest list is
     kept, unknown = links.kept, object()
-    relinked = [sid for sid in order
-                if (home[sid].kept.get(sid, unknown) is not kept.get(sid)  # not the very list it stores: compare
-                    and [link.to_json() for link in kept.get(sid, [])] != home[sid].links[sid]
-                    if sid in home else sid in kept)]
+    relinked = sorted((sid for sid in touched if sid in listing and (
+        home[sid].kept.get(sid, unknown) is not kept.get(sid)  # not the very list it stores: compare
+        and [link.to_json() for link in kept.get(sid, [])] != home[sid].links[sid]
+        if sid in home else sid in kept)), key=place)
     moved = set(relinked)
     plan: list[Segment | _Part] = []
-    for segment in stored:
+    for i, segment in enumerate(stored):
         if segment.names.isdisjoint(gone):
             plan.append(segment)
             continue
+        later = set().union(*(other.links.keys() for other in stored[i + 1 :]))  # lists that replace its own
         part = _Part([sid for sid in segment.listing if sid not in gone],
-                     [sid for sid in segment.links if home[sid] is segment and sid in listing and sid not in moved])
+                     [sid for sid in segment.links if sid not in later and sid in listing and sid not in moved])
         if part.sessions or part.links:
             plan.append(part)
     return _merged(plan + _split(_Part(fresh, relinked), listing), listing)
@@ -879,7 +902,7 @@ def _merged(plan: list[Segment | _Part], listing: dict) -> list[Segment | _Part]
         sizes = [units(entry) for entry in tail]
         if len({_tier(size) for size in sizes}) > 1 or sum(sizes) > SEGMENT_UNITS:
             break
-        home = {sid: entry for entry in plan for sid in entry.links}
+        home = {sid: entry for entry in tail for sid in entry.links}  # the latest lists (no entry comes after the tail)
         plan[-MERGE_FANOUT:] = [_Part([sid for entry in tail for sid in sessions(entry)],
                                       [sid for entry in tail for sid in entry.links if home[sid] is entry])]
     return plan
@@ -942,10 +965,33 @@ def _digest(texts: list[str]) -> str:
 
 
 def _copied(manifest: dict) -> dict:
-    """A copy of a manifest to change. The entries of its listing are shared, not copied (a generation of thousands of
-    sessions is copied at each commit): whoever changes a copy replaces an entry, never changes it."""
+    """A copy of a manifest to change, its listing a `Listing`. The entries of its listing are shared, not copied (a
+    generation of thousands of sessions is copied at each commit): whoever changes a copy replaces an entry, never
+    changes it."""
     copied = json.loads(json.dumps({key: value for key, value in manifest.items() if key != "sessions"}))
-    return {key: dict(value) if key == "sessions" else copied[key] for key, value in manifest.items()}
+    return {key: Listing(value) if key == "sessions" else copied[key] for key, value in manifest.items()}
+
+
+class Listing(dict):
+    """A copy of a generation's listing (session id -> entry) that notes which sessions get a new entry or lose theirs
+    (`changed`): what its commit compares with the stored segments (`_plan`), rather than every session."""
+
+    def __init__(self, entries: dict) -> None:
+        super().__init__(entries)
+        self.changed: set[str] = set()
+
+    def __setitem__(self, session_id, entry) -> None:
+        self.changed.add(session_id)
+        super().__setitem__(session_id, entry)
+
+    def __delitem__(self, session_id) -> None:
+        self.changed.add(session_id)
+        super().__delitem__(session_id)
+
+    def _refused(self, *args, **kwargs):
+        raise TypeError("a listing changes by setting or deleting one entry at a time")
+
+    pop = popitem = setdefault = update = clear = __ior__ = _refused
 
 
 def _settle(manifest: dict, done) -> None:

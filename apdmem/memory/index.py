@@ -37,6 +37,7 @@ TOKENIZER = "porter-stopwords-1"
 # A search embeds one query: FAISS's OpenMP threads only add overhead (3x slower measured with 2 threads on 2 cores).
 faiss.omp_set_num_threads(1)
 K1, B, EPSILON = 1.5, 0.75, 0.25  # rank-bm25's BM25Okapi defaults, kept so the two backends agree
+_HANDOVER = threading.Lock()  # see `UnitIndex._copy`
 RARE_UNITS = 64  # words in at most this many units are rare: the index keeps the rows holding each (`UnitIndex.rare`)
 
 _STOPWORDS = frozenset(
@@ -134,15 +135,16 @@ class SparseBM25:
     where lists of Python ints took ~70 (a 5,000-session memory holds 5M postings). Bytes, not numpy's arrays: joining
     two is several times cheaper; nor Python's arrays or tuples: a dict holding only bytes is not tracked by Python's
     garbage collector, which then does not go over the 50,000 terms of a writer's copy (one at each commit) again and
-    again. They are shared by copies; to add a session without copying the long postings of common words, each term's
-    postings are in two parts: the rows added last (`_TAIL` of them at most, in `_last`) are copied onto, and joined
-    to the others (in `_first`) when they outgrow them."""
+    again. A copy (a writer's, at each commit) shares the postings, and adds a session without copying them: the
+    postings added since the table of all of them (`_first`, shared, never changed) are in `_last`, copied with the
+    index; when `_last` holds half as many terms as `_first`, both are joined into a new `_first`. A one-session commit
+    in a memory of 5,000 sessions (50,000 terms) then copies a few thousand short postings rather than every term."""
 
-    _TAIL = 1 / 32  # a term's last postings are joined to the others when they are this many of them
+    _JOIN = 2  # `_last` is joined to `_first` when it holds this many times fewer terms
 
     def __init__(self) -> None:
-        self._first: dict[str, bytes] = {}  # every term's postings but the last (the order of terms: first added first)
-        self._last: dict[str, bytes] = {}  # the terms' last postings, for those that have some
+        self._first: dict[str, bytes] = {}  # the postings added up to a join (terms in the order first added)
+        self._last: dict[str, bytes] = {}  # the postings added since, by term (a term new since then: only here)
         self._lengths = array("i")
         self._norm: np.ndarray | None = None  # each document's length term of the formula, made on first use
         self._idf: dict[str, float] | None = None
@@ -154,27 +156,33 @@ class SparseBM25:
             self._lengths.append(len(doc))
             for term, count in Counter(doc).items():
                 added[term] += (row, count)
+        last = self._last
         for term, postings in added.items():
-            first, last = self._first.get(term, b""), self._last.get(term, b"") + array("i", postings).tobytes()
-            if len(last) > self._TAIL * len(first):
-                self._first[term] = first + last
-                self._last.pop(term, None)
-            else:
-                self._last[term] = last
+            last[term] = last.get(term, b"") + array("i", postings).tobytes()
+        if self._JOIN * len(last) > len(self._first):
+            first = dict(self._first)
+            for term, postings in last.items():
+                first[term] = first.get(term, b"") + postings
+            self._first, self._last = first, {}
         self._idf, self._norm = None, None
 
     def copy(self) -> SparseBM25:
         """A copy that adds on its own (the postings are shared)."""
         fresh = SparseBM25()
-        fresh._first, fresh._last, fresh._lengths = dict(self._first), dict(self._last), self._lengths[:]
+        fresh._first, fresh._last, fresh._lengths = self._first, dict(self._last), self._lengths[:]
         fresh._norm, fresh._idf = self._norm, self._idf
         return fresh
 
+    def _postings(self, term: str) -> list[bytes]:
+        """A term's postings, in the two parts that hold some."""
+        return [part for part in (self._first.get(term), self._last.get(term)) if part]
+
     def _idf_table(self) -> dict[str, float]:
         if self._idf is None:
-            n, last = len(self._lengths), self._last
-            holding = [(len(first) + len(last.get(term, b""))) // POSTING for term, first in self._first.items()]
-            idf = dict(zip(self._first, self.term_idf(n, holding)))
+            first, last = self._first, self._last
+            terms = [*first, *(term for term in last if term not in first)]  # in the order first added
+            holding = [(len(first.get(term, b"")) + len(last.get(term, b""))) // POSTING for term in terms]
+            idf = dict(zip(terms, self.term_idf(len(self._lengths), holding)))
             floor = EPSILON * (sum(idf.values()) / len(idf)) if idf else 0.0
             self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
         return self._idf
@@ -195,9 +203,7 @@ class SparseBM25:
             self._norm = K1 * (1 - B + B * lengths / lengths.mean())
         norm, idf = self._norm, self._idf_table()
         for term in query:
-            if term not in self._first:
-                continue
-            for postings in (self._first[term], self._last[term]) if term in self._last else (self._first[term],):
+            for postings in self._postings(term):
                 pairs = np.frombuffer(postings, dtype=np.intc).reshape(-1, 2)
                 rows, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
                 out[rows] += idf[term] * tf * (K1 + 1) / (tf + norm[rows])
@@ -355,20 +361,14 @@ def _shared_words(token_lists: list[list[str]]) -> list[list[str]]:
 class Owners:
     """Which session holds each row of an index, and each session's rows (forgotten units included): what a commit and
     linking look up. The index keeps it up to date as units are added (a commit does not go over the whole index
-    again) and makes it afresh when rows are renumbered (`UnitIndex.compact`). Its lists and arrays are replaced, never
-    changed: a copy shares them."""
+    again) and makes it afresh when rows are renumbered (`UnitIndex.compact`). A writer's copy of the index takes it over
+    (`UnitIndex._copy`)."""
 
     def __init__(self) -> None:
         self.sessions: list[str] = []  # numbered in the order of their first unit
         self.number: dict[str, int] = {}
         self.session_of = np.zeros(0, dtype=np.int64)  # each row's session, by number
         self.rows: dict[str, list[int]] = {}  # each session's rows
-
-    def copy(self) -> Owners:
-        fresh = Owners()
-        fresh.sessions, fresh.number, fresh.session_of = list(self.sessions), dict(self.number), self.session_of
-        fresh.rows = dict(self.rows)
-        return fresh
 
     def add(self, units: list, first: int) -> None:
         """Note the units added at rows `first` on."""
@@ -615,11 +615,13 @@ class UnitIndex:
         return fresh
 
     def _copy(self) -> UnitIndex:
+        """A copy to change: a writer's, at each commit. What only writers read (`owners`, `rare`) is handed over to it
+        rather than copied (a few milliseconds at 5,000 sessions): this index makes them again if ever asked."""
         fresh = UnitIndex(self.dimension, self.lexical_kind, len(self.units))
         fresh.units, fresh.tokens, fresh.alive = list(self.units), list(self.tokens), self.alive.copy()
-        fresh._units_with = dict(self._units_with) if self._units_with is not None else None
-        fresh._owners = self._owners.copy() if self._owners is not None else None
-        fresh._rare = dict(self._rare) if self._rare is not None else None
+        fresh._units_with = dict(self._units_with) if self._units_with is not None else None  # answers read it too
+        with _HANDOVER:  # two writers' copies of one index (threads preparing commits) do not both take them
+            fresh._owners, fresh._rare, self._owners, self._rare = self._owners, self._rare, None, None
         fresh._means = self._means.copy() if self._means is not None else None
         if type(fresh.lexical) is type(self.lexical):
             fresh.lexical = self.lexical.copy()

@@ -142,11 +142,16 @@ class LinkTable:
         # Lists and sets are replaced, never changed: a copy (a writer's, at each commit) shares them.
         self.kept: dict[str, list[Link]] = {}
         self._holders: dict[str, frozenset[str]] = {}  # session -> the sessions keeping a link to it
+        # The sessions whose list this table set since it was copied (`copy`), what a commit of it compares with the
+        # lists stored; None for a table not copied (built or read), whose every list is to compare.
+        self.changed: set[str] | None = None
         for sid, links in (kept or {}).items():
             self._keep(sid, links)
 
     def _keep(self, session_id: str, links: list[Link]) -> None:
         """Set the links a session keeps (none: it keeps no entry), and who holds links to whom."""
+        if self.changed is not None:
+            self.changed.add(session_id)
         for link in self.kept.pop(session_id, []):
             if link.other in self._holders:
                 self._holders[link.other] -= {session_id}
@@ -172,7 +177,7 @@ class LinkTable:
 
     def copy(self) -> LinkTable:
         fresh = LinkTable(self.threshold)
-        fresh.kept, fresh._holders = dict(self.kept), dict(self._holders)
+        fresh.kept, fresh._holders, fresh.changed = dict(self.kept), dict(self._holders), set()
         return fresh
 
     def add(self, index: UnitIndex, session_ids: list[str]) -> None:
@@ -195,8 +200,8 @@ class LinkTable:
         # The terms that say why are named for the links kept only (most links found are not among the strongest).
         for sid in {sid for sid in session_ids if sid in self.kept} | {l.other for sid in session_ids for l in self.kept.get(sid, [])}:
             if any(l.terms is _UNNAMED for l in self.kept.get(sid, [])):
-                self.kept[sid] = [dataclasses.replace(l, terms=profiles.shared_terms(sid, l.other)) if l.terms is _UNNAMED
-                                  else l for l in self.kept[sid]]
+                self._keep(sid, [dataclasses.replace(l, terms=profiles.shared_terms(sid, l.other)) if l.terms is _UNNAMED
+                                  else l for l in self.kept[sid]])
 
     def remove(self, session_id: str) -> None:
         """Drop every link of a session (forgotten, or about to be linked again)."""
