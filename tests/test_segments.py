@@ -115,6 +115,49 @@ def test_forget_rewrites_only_the_segments_holding_the_session_and_leaves_no_byt
     assert same_index(reader, memory) and results(reader) == results(memory) and reader.links() == memory.links()
 
 
+def test_a_commit_compares_only_the_sessions_it_touched_and_plans_what_comparing_every_one_would(sessions, make_memory,
+                                                                                                   tmp_path, monkeypatch):
+    """The listing and the link table note the sessions a commit set or removed (`Listing`, `LinkTable.changed`): the
+    plan compares those with the stored segments, and is the plan that comparing every session makes."""
+    plan, touched_sizes = generations._plan, []
+
+    def shown(planned):
+        return [("kept", p.number) if isinstance(p, generations.Segment) else (p.sessions, p.links) for p in planned]
+
+    def both(stored, listing, rows, links, touched=None):
+        planned = plan(stored, listing, rows, links, touched)
+        if stored is not None:
+            touched_sizes.append(None if touched is None else len(touched))
+            assert shown(planned) == shown(plan(stored, listing, rows, links, None))
+        return planned
+
+    monkeypatch.setattr(generations, "_plan", both)
+    memory = make_memory(store=str(tmp_path / "m"))
+    memory.ingest(sessions[:30])
+    for session in sessions[30:42]:
+        memory.ingest([session])
+    changed = dataclasses.replace(sessions[5], turns=sessions[5].turns[:-1])
+    memory.ingest([changed])  # replaced
+    memory.forget(sessions[33].session_id)
+    assert touched_sizes[0] is None and None not in touched_sizes[1:]  # the first commit: no table was copied
+    assert len(touched_sizes) >= 15 and max(touched_sizes[1:13]) < 15  # a session and the few it linked with, of 30-42
+    reader = make_memory(store=str(tmp_path / "m"))
+    assert same_index(reader, memory) and reader.links() == memory.links()
+    assert reader.manifest["sessions"] == memory.manifest["sessions"]
+
+
+def test_a_listing_changes_one_entry_at_a_time():
+    listing = generations.Listing({"a": {"units": 1}})
+    listing["b"] = {"units": 2}
+    del listing["a"]
+    assert listing == {"b": {"units": 2}} and listing.changed == {"a", "b"}
+    for change in (lambda: listing.pop("b"), lambda: listing.update(c={}), lambda: listing.setdefault("c", {}),
+                   listing.clear, listing.popitem):
+        with pytest.raises(TypeError):
+            change()
+    assert listing == {"b": {"units": 2}}
+
+
 class Killed(Exception):
     """Stands for the process dying at that write: nothing after it runs."""
 
