@@ -75,6 +75,18 @@ def test_a_day_or_a_month_names_nothing(haystack):
     assert dated.held and dated.unsaid == [], dated
 
 
+def test_a_word_that_opens_a_sentence_of_the_question_names_nothing(haystack):
+    """"Remind" opens the question's second sentence: capitalized, but no name, on a small memory as on a large one."""
+    item, memory = haystack
+    evidence = evidence_of(item, "answer_82a04f59")
+    assert not any("remind" in e["text"].lower() for e in evidence)
+    question = "I went to Costa Rica. Remind me how many shirts I packed for the trip?"
+    told = holding(question, evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1)
+    assert told.held and told.unsaid == [], told
+    # The same word inside a sentence is a name no disclosed sentence says.
+    assert holding(question.replace(". Remind", ", Remind"), evidence, memory, get_reranker(), KNOWN_VOCABULARY - 1).unsaid
+
+
 def test_a_new_users_three_sessions_hold_what_they_say_in_other_words_and_no_name_they_never_say(make_memory):
     """Through the graph, on a memory of three sessions (all opened): "city" and "now" are said by none, and the
     reply quotes the move; "Iceland" is said by none either, and the reply says the memory does not hold it."""

@@ -31,6 +31,7 @@ from itertools import chain
 import numpy as np
 
 from apdmem.memory.index import UnitIndex, tokenize
+from apdmem.memory.layers import sentences
 from apdmem.nodes.answer import closest, scored_quotes
 from apdmem.nodes.quotes import names
 from apdmem.nodes.reckon import counted_words, kind
@@ -89,7 +90,9 @@ def holding(question: str, evidence: list, memory, reranker, sessions: int) -> H
     for word in words:
         for token in tokenize(word):
             spelled.setdefault(token, word)
-    named = {token for word in words[1:] if names(word) for token in tokenize(word)}
+    # A capitalized word names something unless it opens a sentence ("... for my trip. Remind me ...").
+    named = {token for sentence in sentences(question) for word in _WORD.findall(sentence)[1:] if names(word)
+             for token in tokenize(word)}
     asked = [token for token in spelled if token not in said]
     never = never_said(memory.index, asked) if sessions >= KNOWN_VOCABULARY else set()
     counted = counted_words(question) if kind(question) == "count" else None
