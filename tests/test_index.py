@@ -81,6 +81,23 @@ def test_sparse_bm25_scores_exactly_as_rank_bm25():
     assert np.array_equal(sparse.scores(["unseenterm"]), np.zeros(len(docs)))
 
 
+def test_forgetting_renumbers_the_sparse_postings_as_an_index_of_the_survivors_holds_them():
+    docs, queries = corpus_and_queries()
+    sparse = SparseBM25()
+    sparse.add(docs[:150])
+    for at in range(150, len(docs), 3):  # postings in both parts, as a memory's are after one-session commits
+        sparse = sparse.copy()
+        sparse.add(docs[at : at + 3])
+    live = [i for i in range(len(docs)) if i % 7]
+    renumbered = np.full(len(docs), -1)
+    renumbered[live] = np.arange(len(live))
+    kept, fresh = sparse.kept(renumbered), SparseBM25()
+    fresh.add([docs[i] for i in live])
+    assert kept.idf() == fresh.idf() and len(kept.idf()) < len(sparse.idf())  # words only the dropped held are gone
+    for query in queries:
+        assert np.array_equal(kept.scores(query), fresh.scores(query)), query
+
+
 def test_bm25_of_empty_corpora():
     for backend in (RankBM25(), SparseBM25()):
         assert backend.scores(["x"]).shape == (0,)
@@ -156,13 +173,14 @@ def test_copies_of_a_dense_index_add_on_their_own():
         original.vectors()[0, 0] = 1.0  # what copies share is read-only
 
 
-def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch):
+@pytest.mark.parametrize("lexical", ["rank-bm25", "sparse"])  # the sparse index's postings give the rare words' rows
+def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch, lexical):
     """Each session's rows, each row's session, the rows of each rare word, how many units hold each word and each
     session's mean vector, kept up to date by additions (`add`, `extended`) and copies, are what a fresh index of the same units makes."""
     monkeypatch.setattr("apdmem.memory.index.RARE_UNITS", 2)  # so that words stop being rare as units are added
     units, vectors = three_sessions()
     more = [Unit("D", 0, 2, "hiking boots for the guitar trail", embed_texts=["d"])]
-    index = UnitIndex(384)
+    index = UnitIndex(384, lexical)
     index.add(units[:3], vectors[:6])
     made, first = (index.owners, index.rare, index.units_with, index.means), index  # made now, then kept up to date
     index = index.compact()  # a copy
@@ -183,9 +201,10 @@ def test_what_linking_looks_up_is_kept_up_to_date_as_units_are_added(monkeypatch
     assert first.owners is not made[0] and first.owners.rows == {"A": [0, 1, 2]} and made[3].count == 1
 
 
-def test_compact_drops_removed_sessions_and_keeps_the_others():
+@pytest.mark.parametrize("lexical", ["rank-bm25", "sparse"])
+def test_compact_drops_removed_sessions_and_keeps_the_others(lexical):
     units, vectors = three_sessions()
-    index = UnitIndex(384)
+    index = UnitIndex(384, lexical)
     index.add(units, vectors)
     index.remove("B")
     assert len(index) == 6 and len(index.units) == 8  # dead rows stay until compaction
@@ -196,7 +215,7 @@ def test_compact_drops_removed_sessions_and_keeps_the_others():
 
     # Exactly the index one would build from the survivors alone ...
     survivors = [i for i, u in enumerate(units) if u.session_id != "B"]
-    fresh = UnitIndex(384)
+    fresh = UnitIndex(384, lexical)
     fresh.add([units[i] for i in survivors], vectors[[2 * i + j for i in survivors for j in (0, 1)]])
     queries = ["hiking boots", "guitar chords", "rye flour", "glacier snow trail"]
     query_vectors = random_vectors(len(queries), seed=4)

@@ -100,6 +100,13 @@ class RankBM25:
         fresh._docs, fresh._model = list(self._docs), self._model
         return fresh
 
+    def kept(self, renumbered: np.ndarray) -> RankBM25:
+        """The documents whose new number `renumbered` gives (by old number; -1: dropped), in that order (see
+        `SparseBM25.kept`)."""
+        fresh = RankBM25()
+        fresh._docs = [doc for doc, number in zip(self._docs, renumbered.tolist()) if number >= 0]
+        return fresh
+
     def _built(self):
         """BM25Okapi over the documents (None while every document is empty: rank-bm25 would divide by zero)."""
         if self._model is None and any(self._docs):
@@ -173,6 +180,30 @@ class SparseBM25:
         fresh._norm, fresh._idf = self._norm, self._idf
         return fresh
 
+    def kept(self, renumbered: np.ndarray) -> SparseBM25:
+        """The index of the documents whose new number `renumbered` gives (by old number; -1: dropped), in that order, as
+        adding them alone would make it: each term's postings renumbered, a term no document holds any more dropped.
+        Forgetting a session renumbers the postings, at numpy's speed, rather than counting every document's terms
+        again in Python (0.2 s instead of 1.5 s at 5,000 sessions)."""
+        fresh = SparseBM25()
+        fresh._lengths = array("i", np.frombuffer(self._lengths, np.intc)[renumbered >= 0].tobytes())
+        terms = [*self._first, *(term for term in self._last if term not in self._first)]
+        parts = [b"".join(self._postings(term)) for term in terms]
+        pairs = np.frombuffer(b"".join(parts), np.intc).reshape(-1, 2).copy()
+        pairs[:, 0] = renumbered[pairs[:, 0]]
+        held = pairs[:, 0] >= 0
+        counts = np.add.reduceat(held.astype(np.int64), np.cumsum([0] + [len(p) // POSTING for p in parts[:-1]])) if parts else []
+        data, ends = pairs[held].tobytes(), (POSTING * np.cumsum(counts)).tolist()
+        fresh._first = {term: data[start:end] for term, start, end in zip(terms, [0] + ends, ends) if end > start}
+        return fresh
+
+    def rows(self, terms: list[str]) -> dict[str, bytes]:
+        """The documents holding each of these terms (each held by some), ascending, as C ints in bytes."""
+        parts = [b"".join(self._postings(term)) for term in terms]
+        data = np.frombuffer(b"".join(parts), np.intc)[0::2].tobytes()
+        ends = (np.cumsum([len(part) for part in parts], dtype=np.int64) // 2).tolist()  # a row: half a posting
+        return dict(zip(terms, map(data.__getitem__, map(slice, [0] + ends, ends))))
+
     def _postings(self, term: str) -> list[bytes]:
         """A term's postings, in the two parts that hold some."""
         return [part for part in (self._first.get(term), self._last.get(term)) if part]
@@ -183,7 +214,7 @@ class SparseBM25:
             terms = [*first, *(term for term in last if term not in first)]  # in the order first added
             holding = [(len(first.get(term, b"")) + len(last.get(term, b""))) // POSTING for term in terms]
             idf = dict(zip(terms, self.term_idf(len(self._lengths), holding)))
-            floor = EPSILON * (sum(idf.values()) / len(idf)) if idf else 0.0
+            floor = EPSILON * (math.fsum(idf.values()) / len(idf)) if idf else 0.0  # whatever the order of terms
             self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
         return self._idf
 
@@ -426,11 +457,15 @@ class UnitIndex:
         (untracked, like the postings of `SparseBM25`): the postings that linking looks up (`apdmem.memory.links`).
         Made on first use, then kept up to date like `units_with`."""
         if self._rare is None:
-            rare, holding = {w for w, n in self.units_with.items() if n <= RARE_UNITS}, defaultdict(list)
-            for row, own in enumerate(self.tokens):
-                for word in rare.intersection(own):
-                    holding[word].append(row)
-            self._rare = {word: array("i", rows).tobytes() for word, rows in holding.items()}
+            rare = [w for w, n in self.units_with.items() if n <= RARE_UNITS]
+            if isinstance(self.lexical, SparseBM25):  # its postings hold the rows: read, not gathered again
+                self._rare = self.lexical.rows(rare)
+            else:
+                holding, wanted = defaultdict(list), set(rare)
+                for row, own in enumerate(self.tokens):
+                    for word in wanted.intersection(own):
+                        holding[word].append(row)
+                self._rare = {word: array("i", rows).tobytes() for word, rows in holding.items()}
         return self._rare
 
     @property
@@ -609,7 +644,10 @@ class UnitIndex:
                 counts[term] -= 1
                 if not counts[term]:
                     del counts[term]
-        fresh.lexical.add(fresh.tokens)
+        if type(fresh.lexical) is type(self.lexical):
+            fresh.lexical = self.lexical.kept(renumbered)
+        else:  # the size picks the other backend
+            fresh.lexical.add(fresh.tokens)
         keep = self.alive[self.dense.rows]
         fresh.dense.add(self.dense.vectors()[keep], renumbered[self.dense.rows[keep]].tolist())
         return fresh
