@@ -187,7 +187,7 @@ class SparseBM25:
         again in Python (0.2 s instead of 1.5 s at 5,000 sessions)."""
         fresh = SparseBM25()
         fresh._lengths = array("i", np.frombuffer(self._lengths, np.intc)[renumbered >= 0].tobytes())
-        terms = [*self._first, *(term for term in self._last if term not in self._first)]
+        terms = list(self.holding())
         parts = [b"".join(self._postings(term)) for term in terms]
         pairs = np.frombuffer(b"".join(parts), np.intc).reshape(-1, 2).copy()
         pairs[:, 0] = renumbered[pairs[:, 0]]
@@ -196,6 +196,12 @@ class SparseBM25:
         data, ends = pairs[held].tobytes(), (POSTING * np.cumsum(counts)).tolist()
         fresh._first = {term: data[start:end] for term, start, end in zip(terms, [0] + ends, ends) if end > start}
         return fresh
+
+    def holding(self) -> dict[str, int]:
+        """How many documents hold each term, the terms in the order first added."""
+        first, last = self._first, self._last
+        terms = [*first, *(term for term in last if term not in first)]
+        return {term: (len(first.get(term, b"")) + len(last.get(term, b""))) // POSTING for term in terms}
 
     def rows(self, terms: list[str]) -> dict[str, bytes]:
         """The documents holding each of these terms (each held by some), ascending, as C ints in bytes."""
@@ -210,10 +216,8 @@ class SparseBM25:
 
     def _idf_table(self) -> dict[str, float]:
         if self._idf is None:
-            first, last = self._first, self._last
-            terms = [*first, *(term for term in last if term not in first)]  # in the order first added
-            holding = [(len(first.get(term, b"")) + len(last.get(term, b""))) // POSTING for term in terms]
-            idf = dict(zip(terms, self.term_idf(len(self._lengths), holding)))
+            holding = self.holding()
+            idf = dict(zip(holding, self.term_idf(len(self._lengths), list(holding.values()))))
             floor = EPSILON * (math.fsum(idf.values()) / len(idf)) if idf else 0.0  # whatever the order of terms
             self._idf = {t: (v if v >= 0 else floor) for t, v in idf.items()}
         return self._idf
@@ -440,7 +444,10 @@ class UnitIndex:
         not a Counter: like the postings of `SparseBM25`, a dict of strings and numbers is not tracked by Python's
         garbage collector."""
         if self._units_with is None:
-            self._units_with = dict(Counter(chain.from_iterable(map(set, self.tokens))))
+            if isinstance(self.lexical, SparseBM25):  # its postings count them (0.02 s, not 0.45 s at 5,000 sessions)
+                self._units_with = self.lexical.holding()
+            else:
+                self._units_with = dict(Counter(chain.from_iterable(map(set, self.tokens))))
         return self._units_with
 
     @property
