@@ -545,7 +545,7 @@ class Generations:
         committed = self.commit(generation)
         for session_id in session_ids:
             self._delete_session(session_id)
-        self.sweep(committed)
+        self.sweep(committed, walk=False)  # their folders are empty now; a start walks the user's other folders
 
     def _delete_session(self, session_id: str) -> None:
         folder = f"sessions/{session_key(session_id)}/"
@@ -600,10 +600,11 @@ class Generations:
         keys, leftovers = self._debris(generation)
         return bool(keys or leftovers or generation.manifest.get("unfinished"))
 
-    def sweep(self, generation: Generation) -> Generation:
-        """Delete the debris of killed writers (see `_debris`) and clear the sessions marked unfinished, whose
-        files are gone then. Called under the writer lock."""
-        keys, leftovers = self._debris(generation)
+    def sweep(self, generation: Generation, *, walk: bool = True) -> Generation:
+        """Delete the debris of killed writers (see `_debris`; the leftovers found walking every folder of the user
+        only with `walk`) and clear the sessions marked unfinished, whose files are gone then. Called under the writer
+        lock."""
+        keys, leftovers = self._debris(generation, walk=walk)
         if keys or leftovers:
             self.store.delete(keys + leftovers)
         temporary = [k for k in leftovers if k.rsplit("/", 1)[-1].startswith(TEMPORARY_PREFIX)]
