@@ -44,8 +44,7 @@ from apdmem.nodes.reckon import counted_words, kind
 # the 144 answerable ones, 53 (17 of them quotable replies holding the gold) with k = 0, 39 (11) with 5, 16 (3)
 # with 20; names alone refuse 4 to 6 (none holding the gold; all but one refused on the whole memories too, the one
 # a question whose second sentence opens with "Any", a word no longer taken for a name) and catch 3 to 4 of the 7
-# abstention questions ("Dr. Johnson",
-# "Seattle", "Sacramento", "Italian"), which the words catch 5 to 6.
+# abstention questions ("Dr. Johnson", "Seattle", "Sacramento", "Italian"), which the words catch 5 to 6.
 KNOWN_VOCABULARY = 30
 # The cross-encoder's logit at or above which a disclosed sentence answers the question despite an unsaid word
 # (the question's word is a paraphrase). Calibrated on the 151 dev questions and the suite's 147 together (the
