@@ -435,7 +435,7 @@ class Generations:
         touched = listing.changed | links.changed if isinstance(listing, Listing) and links.changed is not None else None
         for planned in _plan(generation.segments, listing, rows, links, touched):
             if isinstance(planned, _Part):
-                planned, number = self._write_segment(number, planned, index, rows, manifest["sessions"], links), number + 1
+                planned, number = self._write_segment(number, planned, index, rows, listing, links), number + 1
             segments.append(planned)
         manifest["generation"] = max(first, number - 1)
         committed = self._save_manifest(Generation(None, manifest, index, links, segments))
@@ -838,14 +838,9 @@ def _plan(stored: list[Segment] | None, listing: dict, rows: dict[str, list[int]
                 was[sid] = segment.listing[sid]
             if sid in segment.links:
                 home[sid] = segment
-    places = None
 
-    def place(sid):  # where a session's units are in the index (sessions without units after them, as listed)
-        nonlocal places
-        if sid in rows:
-            return 0, rows[sid][0]
-        places = places or {sid: i for i, sid in enumerate(listing)}
-        return 1, places[sid]
+    def place(sid):  # where a session's units are in the index (the few without units after them, as listed)
+        return (0, rows[sid][0]) if sid in rows else (1, list(listing).index(sid))
 
     # Entries and link lists are replaced, never changed: the same object is unchanged (most of them, compared first).
     fresh = sorted((sid for sid in touched if sid in listing and was.get(sid) is not listing[sid]
